@@ -1,0 +1,1 @@
+"""Analysis: metrics, bootstraps on Ray, statistics, tables, figures, HTML report, release audit."""

@@ -1,0 +1,53 @@
+"""`raybench` command line. Subcommands live beside the stage they drive and load lazily."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from raybench import __version__
+
+# command name -> "module:attribute"; each stage owns its commands.
+COMMANDS: dict[str, str] = {
+    "cohort": "raybench.cohorts.cli:cohort",
+    "manifest": "raybench.cohorts.cli:manifest",
+    "encode": "raybench.encoders.cli:encode",
+    "train": "raybench.sae.cli:train",
+    "analyze": "raybench.analysis.cli:analyze",
+    "report": "raybench.analysis.cli:report",
+    "grid": "raybench.pipeline:grid",
+    "config": "raybench.cli_config:config",
+    "submit": "raybench.jobs:submit",
+    "status": "raybench.jobs:status",
+    "logs": "raybench.jobs:logs",
+    "stop": "raybench.jobs:stop",
+}
+
+
+class LazyGroup(click.Group):
+    """Imports a subcommand's module only when it is listed or run, so `raybench --help` is fast."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in COMMANDS:
+            module_name, attr = COMMANDS[name].split(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as err:
+                if err.name != module_name:
+                    raise
+                return None
+            return getattr(module, attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="raybench")
+def main() -> None:
+    """raybench: the ECG-InterpBench SAE audit of frozen ECG foundation models, as one Ray job.
+
+    Run `raybench grid` for the embedded demo (synthetic cohort, demo encoders, local Ray).
+    """

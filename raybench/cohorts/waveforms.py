@@ -1,0 +1,90 @@
+"""Read one WFDB record as a validated 12 x T float32 array in the standard lead order.
+
+Every failure raises `RecordError` naming the record and the fix; callers quarantine the record
+(keeping the reason) instead of crashing the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+LEADS: tuple[str, ...] = ("I", "II", "III", "aVR", "aVL", "aVF", "V1", "V2", "V3", "V4", "V5", "V6")
+_CANON = {name.upper(): name for name in LEADS}
+
+
+class RecordError(ValueError):
+    """A record cannot be used. `record` names it, `reason` is a short machine-readable tag."""
+
+    def __init__(self, record: str, reason: str, detail: str):
+        super().__init__(f"record {record}: {detail}")
+        self.record = record
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Waveform:
+    signal: np.ndarray  # [12, T] float32, millivolts, leads in LEADS order
+    fs: float
+    record: str
+
+
+def canonical_lead(name: str) -> str | None:
+    """Header lead name -> our name (real PTB-XL headers say AVR/AVL/AVF)."""
+    return _CANON.get(name.strip().upper())
+
+
+def resolve_record_path(root: str | Path, rel_path: str) -> Path:
+    """Join a manifest path onto the data root, refusing paths that escape it."""
+    root = Path(root).resolve()
+    full = (root / rel_path).resolve()
+    if root != full and root not in full.parents:
+        raise RecordError(rel_path, "path_escapes_root",
+                          f"path escapes the data root {root}; fix the manifest's filename column")
+    return full
+
+
+def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
+                expect_samples: int | None = None) -> Waveform:
+    """Load `root/rel_path` (.hea/.dat), reorder leads, and check rate, shape and values."""
+    import wfdb
+
+    base = resolve_record_path(root, rel_path)
+    if not base.with_suffix(".hea").exists():
+        raise RecordError(rel_path, "missing_header", f"header {base}.hea not found; check the data root")
+    try:
+        rec = wfdb.rdrecord(str(base))
+    except Exception as err:  # wfdb raises many types for corrupt/truncated files
+        raise RecordError(rel_path, "unreadable",
+                          f"cannot read WFDB files ({type(err).__name__}: {err}); re-download the record") from err
+    sig = rec.p_signal
+    if sig is None or sig.ndim != 2:
+        raise RecordError(rel_path, "no_signal", "no physical signal in record; check the .dat file")
+    if sig.shape[0] != rec.sig_len:
+        raise RecordError(rel_path, "shape_mismatch",
+                          f"header says {rec.sig_len} samples but data has {sig.shape[0]}; the .dat is truncated")
+    if expect_fs is not None and abs(float(rec.fs) - expect_fs) > 1e-6:
+        raise RecordError(rel_path, "rate_mismatch",
+                          f"sampling rate {rec.fs} Hz, expected {expect_fs} Hz; use the matching records folder")
+    if expect_samples is not None and sig.shape[0] != expect_samples:
+        raise RecordError(rel_path, "length_mismatch",
+                          f"{sig.shape[0]} samples, expected {expect_samples}; the record is truncated or mislabeled")
+    index = {}
+    for i, name in enumerate(rec.sig_name):
+        lead = canonical_lead(name)
+        if lead is not None and lead not in index:
+            index[lead] = i
+    missing = [lead for lead in LEADS if lead not in index]
+    if missing:
+        raise RecordError(rel_path, "missing_leads", f"leads {missing} absent (header has {rec.sig_name})")
+    signal = np.stack([sig[:, index[lead]] for lead in LEADS]).astype(np.float32)
+    bad = [LEADS[i] for i in range(12) if not np.all(np.isfinite(signal[i]))]
+    if bad:
+        raise RecordError(rel_path, "nan_lead", f"non-finite samples in leads {bad}")
+    flat = [LEADS[i] for i in range(12) if float(np.ptp(signal[i])) == 0.0]
+    if flat:
+        raise RecordError(rel_path, "flat_lead", f"flat (constant) leads {flat}; electrode off or empty channel")
+    return Waveform(signal=signal, fs=float(rec.fs), record=rel_path)

@@ -1,0 +1,152 @@
+"""The encoder interface, strict checkpoint loading, and the registry (with a plugin entry-point group).
+
+An encoder is a frozen `torch.nn.Module` that
+  * declares `name`, `n_layers` (audited states) and `d` (state width),
+  * turns one raw record (12 x T millivolts at fs, leads in `LEADS` order) into its native input
+    with `preprocess` (numpy, per record, so Ray Data workers can run it beside the model), and
+  * maps a batch of native inputs to token-mean-pooled states of every audited layer with
+    `layer_states(x) -> Tensor[n_layers, B, d]`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+ENTRY_POINT_GROUP = "raybench.encoders"
+SIZES = ("demo", "full")
+PROFILES = ("native", "published")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint does not fit the model; the message lists the offending keys and the file."""
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    name: str
+    size: str = "demo"  # demo: small shared width d=64, seeded init; full: published architecture
+    checkpoint: str | None = None  # path in the model's upstream format; None keeps seeded init
+    profile: str = "native"  # native (upstream preprocessing) | published (the protocol's code)
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size not in SIZES:
+            raise ValueError(f"encoder size must be one of {SIZES}, got {self.size!r}")
+        if self.profile not in PROFILES:
+            raise ValueError(f"encoder profile must be one of {PROFILES}, got {self.profile!r}")
+
+
+class ECGEncoder(nn.Module):
+    """Base class for all adapters. Subclasses set the class attributes and implement two methods."""
+
+    name: str = ""
+    n_layers: int = 0
+    d: int = 0
+    profile: str = "native"
+
+    def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
+        """One record [12, T] (mV, LEADS order) at `fs` -> this model's native input, float32."""
+        raise NotImplementedError
+
+    def layer_states(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch of native inputs -> [n_layers, B, d] token-mean-pooled layer states."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """Identity of weights + preprocessing: keys the activation store (changes invalidate it)."""
+        h = hashlib.sha256(f"{type(self).__module__}.{type(self).__qualname__}|{self.profile}".encode())
+        for key, tensor in sorted(self.state_dict().items()):
+            h.update(key.encode())
+            h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+
+def freeze(model: nn.Module) -> nn.Module:
+    """Eval mode, no gradients: an audited encoder is never updated."""
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def load_torch_checkpoint(path: str | Path) -> dict:
+    """`torch.load` with `weights_only=True`: tensors and plain containers only, never pickled code."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} not found; pass the file in the model's upstream format")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"checkpoint {path} cannot be loaded safely (weights_only=True): {err}") from err
+
+
+def load_state_dict_strict(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
+    """Load with every key accounted for; shape or key mismatches name the keys and the file."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{source}: checkpoint keys do not match {type(model).__name__}: "
+            f"missing {_short(missing)}, unexpected {_short(unexpected)}. "
+            "Check that the file is the published checkpoint for this model and size."
+        )
+    bad = [f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
+           if tuple(state[k].shape) != tuple(v.shape)]
+    if bad:
+        raise CheckpointError(f"{source}: tensor shapes do not match the model: {_short(bad)}")
+    model.load_state_dict(dict(state), strict=True)
+
+
+def _short(items: list[str], n: int = 8) -> str:
+    more = f", ... ({len(items)} total)" if len(items) > n else ""
+    return "[" + ", ".join(items[:n]) + more + "]"
+
+
+# ---------------------------------------------------------------- registry
+
+EncoderFactory = Callable[[EncoderSpec], ECGEncoder]
+_REGISTRY: dict[str, EncoderFactory] = {}
+
+
+def register_encoder(name: str) -> Callable[[EncoderFactory], EncoderFactory]:
+    """Decorator: `@register_encoder("my_model")` on a factory `spec -> ECGEncoder`."""
+
+    def deco(factory: EncoderFactory) -> EncoderFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def _load_builtin_and_plugins() -> None:
+    import raybench.encoders.models  # noqa: F401  (registers the six built-in adapters)
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in _REGISTRY:
+            _REGISTRY[ep.name] = ep.load()
+
+
+def available_encoders() -> list[str]:
+    _load_builtin_and_plugins()
+    return sorted(_REGISTRY)
+
+
+def build_encoder(spec: EncoderSpec) -> ECGEncoder:
+    """Build, load weights (if a checkpoint is given) and freeze the encoder named by `spec`."""
+    _load_builtin_and_plugins()
+    if spec.name not in _REGISTRY:
+        raise KeyError(f"unknown encoder {spec.name!r}; available: {sorted(_REGISTRY)} "
+                       f"(plugins register in the {ENTRY_POINT_GROUP!r} entry-point group)")
+    torch.manual_seed(spec.init_seed)
+    model = _REGISTRY[spec.name](spec)
+    model.profile = spec.profile
+    return freeze(model)

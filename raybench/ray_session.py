@@ -1,0 +1,29 @@
+"""Start or attach to Ray: the one place that calls `ray.init`.
+
+Inside a Ray job (or with RAY_ADDRESS set) we attach to that cluster; otherwise we start a local
+instance with the dashboard off and nothing bound to a public address.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ray
+
+from raybench.config import ResourceConfig
+
+
+def init_ray(resources: ResourceConfig | None = None) -> None:
+    if ray.is_initialized():
+        return
+    resources = resources or ResourceConfig()
+    address = resources.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return
+    ray.init(
+        num_cpus=resources.num_cpus,
+        num_gpus=resources.num_gpus,
+        include_dashboard=False,
+        log_to_driver=False,
+    )

@@ -1,0 +1,1 @@
+"""BatchTopK sparse autoencoders: model, stacked trainer, per-cell evaluation, Ray Tune grid."""

@@ -1,0 +1,33 @@
+"""Shared fixtures: one local Ray cluster per session (fixed CPUs, 1 logical GPU, dashboard off)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+PTBXL_SAMPLE = Path(os.environ.get("RAYBENCH_PTBXL_SAMPLE", SHARED / "ptbxl-sample"))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray instance shared by every test that needs Ray.
+
+    num_gpus=1 is a *logical* GPU: fractional requests (0.25) schedule on this CPU box, which is how
+    the GPU code paths are exercised without hardware.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    yield ray
+    # left running for the remaining tests; pytest's process exit shuts it down
+
+
+@pytest.fixture(scope="session")
+def ptbxl_sample() -> Path:
+    if not (PTBXL_SAMPLE / "ptbxl_database.csv").exists():
+        pytest.skip(f"PTB-XL sample not found at {PTBXL_SAMPLE}")
+    return PTBXL_SAMPLE
