@@ -1,0 +1,87 @@
+"""The cell grid: which SAEs the protocol trains, how they are named, and how they group into trials.
+
+A cell is one SAE (model, relative depth, expansion, seed, arm). Cells that differ only by seed form a
+*stack*: they share (d, N, k) and train together in one process, so a stack is one Tune trial.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from raybench.config import Protocol, k_for, layer_for_depth
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """What the grid needs to know about an encoder: audited state count and state width."""
+
+    n_layers: int
+    d: int
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    model: str
+    q: float
+    layer: int
+    n_layers: int
+    d: int
+    arm: str  # primary | sensitivity
+    expansion: int
+    n_latents: int
+    k: int
+    seed: int
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.model}-q{round(self.q * 100):03d}-E{self.expansion:02d}-{self.arm}-s{self.seed}"
+
+    @property
+    def stack_id(self) -> str:
+        return f"{self.model}-q{round(self.q * 100):03d}-E{self.expansion:02d}-{self.arm}"
+
+    @property
+    def realized_depth(self) -> float:
+        return self.layer / (self.n_layers - 1) if self.n_layers > 1 else 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def audited_layers(protocol: Protocol, n_layers: int) -> list[int]:
+    """Layers the activation store must hold for one encoder (primary depths + sensitivity depth)."""
+    qs = set(protocol.grid.depths)
+    if protocol.grid.sensitivity_depth is not None:
+        qs.add(protocol.grid.sensitivity_depth)
+    return sorted({layer_for_depth(q, n_layers) for q in qs})
+
+
+def build_cells(protocol: Protocol, dims: dict[str, ModelDims]) -> list[CellSpec]:
+    """All cells of the atlas in a stable order: primary arm first, then the sensitivity arm."""
+    grid = protocol.grid
+    missing = [m for m in grid.models if m not in dims]
+    if missing:
+        raise KeyError(f"no encoder dimensions for models {missing}; encode them first")
+    cells: list[CellSpec] = []
+    arms = [("primary", grid.depths)]
+    if grid.sensitivity_depth is not None:
+        arms.append(("sensitivity", (grid.sensitivity_depth,)))
+    for arm, depths in arms:
+        for model in grid.models:
+            md = dims[model]
+            for q in depths:
+                layer = layer_for_depth(q, md.n_layers)
+                for e in grid.expansions:
+                    n = e * md.d
+                    k = k_for(md.d, n, arm, protocol.sae, grid)
+                    for seed in grid.seeds:
+                        cells.append(CellSpec(model, q, layer, md.n_layers, md.d, arm, e, n, k, seed))
+    return cells
+
+
+def group_stacks(cells: list[CellSpec]) -> dict[str, list[CellSpec]]:
+    """Stack id -> its cells (seeds), preserving order."""
+    stacks: dict[str, list[CellSpec]] = {}
+    for cell in cells:
+        stacks.setdefault(cell.stack_id, []).append(cell)
+    return stacks

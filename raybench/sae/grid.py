@@ -1,0 +1,231 @@
+"""The atlas on Ray Tune: one trial per stack of cells (the seeds of one model x depth x E x arm).
+
+Each trial asks for `{"cpu": c, "gpu": g}` (fractional g packs several trials on one GPU), reads the
+activation store, trains its stack with periodic in-trial checkpoints, evaluates every cell and writes
+`cells/<cell_id>/` atomically. Resume is layered: `Tuner.restore` continues the experiment, and a
+trial never retrains a cell whose folder is already complete, so a killed driver loses at most the
+steps since the last checkpoint. The product is `tables/cells.parquet`, one row per expected cell,
+failed cells included with their reason.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from raybench.config import Protocol, RunConfig, from_dict, to_dict
+from raybench.io import write_table
+from raybench.paths import RunLayout
+from raybench.sae.cells import CellSpec, ModelDims, build_cells, group_stacks
+
+EXPERIMENT = "grid"
+CELL_COLUMNS = [
+    "cell_id", "model", "layer", "n_layers", "q", "realized_depth", "arm", "expansion", "n_latents", "k", "seed",
+    "status", "val_r2", "test_r2", "val_dead_fraction", "val_mean_l0", "gate_pass", "test_accessibility",
+    "test_coverage", "train_seconds", "config_hash", "cell_dir",
+]
+
+
+def cell_complete(cell_dir: Path) -> bool:
+    """A cell folder exists only after its atomic rename, and metrics.json is in it."""
+    return (cell_dir / "metrics.json").exists()
+
+
+def model_dims_from_store(run_root: str | Path, models: tuple[str, ...]) -> dict[str, ModelDims]:
+    """Read (n_layers, d) of each encoded model from its activation store index."""
+    from raybench.io import read_json
+
+    layout = RunLayout.at(run_root)
+    dims = {}
+    for model in models:
+        indexes = sorted((layout.activations_dir / model).glob("layer_*/index.json"))
+        if not indexes:
+            raise FileNotFoundError(
+                f"no activation store for model {model!r} under {layout.activations_dir}; run `raybench encode` first")
+        idx = read_json(indexes[0])
+        dims[model] = ModelDims(n_layers=int(idx["n_layers"]), d=int(idx["d"]))
+    return dims
+
+
+# ---------------------------------------------------------------- the trial
+
+def train_stack_trial(config: dict[str, Any]) -> None:
+    """Tune function trainable: train + evaluate + save the missing cells of one stack."""
+    import torch
+    from ray import tune
+
+    from raybench.sae.cellio import save_cell
+    from raybench.sae.data import load_cell_data
+    from raybench.sae.evaluate import evaluate_cell
+    from raybench.sae.model import SAECellConfig
+    from raybench.sae.train import train_stack
+
+    layout = RunLayout.at(config["run_root"])
+    protocol: Protocol = from_dict(Protocol, config["protocol"])
+    cells = [CellSpec(**c) for c in config["cells"]]
+    todo = [c for c in cells if not cell_complete(layout.cell_dir(c.cell_id))]
+    if not todo:
+        tune.report({"cells_trained": 0, "cells_total": len(cells)})
+        return
+    _maybe_fail_once(config.get("fail_once_dir"), todo[0].stack_id)
+
+    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    device = "cuda" if torch.cuda.is_available() and _assigned_gpu() else "cpu"
+    first = todo[0]
+    data = load_cell_data(layout.root, first.model, first.layer, protocol.eval)
+    cfgs = [SAECellConfig.from_protocol(protocol.sae, c.d, c.n_latents, c.k, c.seed) for c in todo]
+
+    state = None
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as ckdir:
+            saved = torch.load(Path(ckdir) / "state.pt", map_location="cpu", weights_only=False)  # our own file
+        if saved.get("cell_ids") == [c.cell_id for c in todo]:
+            state = saved["state"]
+
+    def on_checkpoint(step: int, st: dict) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save({"cell_ids": [c.cell_id for c in todo], "state": st}, Path(tmp) / "state.pt")
+            tune.report({"step": step, "cells_trained": 0, "cells_total": len(cells)},
+                        checkpoint=tune.Checkpoint.from_directory(tmp))
+
+    t0 = time.perf_counter()
+    result = train_stack(data.acts["train"], cfgs, device=device, state=state, on_checkpoint=on_checkpoint,
+                         checkpoint_every=protocol.sae.checkpoint_every)
+    seconds = (time.perf_counter() - t0) / len(todo)
+    for i, cell in enumerate(todo):
+        sae = result.single(i)
+        ev = evaluate_cell(sae, result.normalizer, data.acts, data.concepts, data.test_patient_codes,
+                           data.selection_idx, protocol.eval)
+        extra = {"cell": cell.to_dict(), "cell_id": cell.cell_id, "realized_depth": cell.realized_depth,
+                 "train_seconds": seconds, "config_hash": config["config_hash"], "device": device,
+                 "concepts": list(data.concept_names), "test_patients": len(data.test_patients)}
+        save_cell(layout.cell_dir(cell.cell_id), sae, {**cfgs[i].__dict__, **cell.to_dict()}, ev, extra)
+    tune.report({"cells_trained": len(todo), "cells_total": len(cells)})
+
+
+def _assigned_gpu() -> bool:
+    import ray
+
+    try:
+        return bool(ray.get_gpu_ids())
+    except Exception:
+        return False
+
+
+def _maybe_fail_once(marker_dir: str | None, stack_id: str) -> None:
+    """Test hook: the first attempt of a stack raises, the retry succeeds (exercises FailureConfig)."""
+    if not marker_dir:
+        return
+    marker = Path(marker_dir) / f"{stack_id}.failed-once"
+    if not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("injected failure\n")
+        raise RuntimeError(f"injected failure for {stack_id} (test hook)")
+
+
+# ---------------------------------------------------------------- the grid
+
+def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_once_dir: str | None = None,
+             only_models: tuple[str, ...] | None = None, verbose: int = 0) -> pd.DataFrame:
+    """Train every missing cell through Ray Tune, then write and return the cells table."""
+
+    from raybench.ray_session import init_ray
+
+    init_ray(cfg.resources)
+    layout = RunLayout.at(cfg.run_dir)
+    protocol = cfg.protocol
+    dims = dims or model_dims_from_store(layout.root, protocol.grid.models)
+    cells = build_cells(protocol, dims)
+    if only_models:
+        cells = [c for c in cells if c.model in only_models]
+    stacks = group_stacks(cells)
+    pending = {sid: cs for sid, cs in stacks.items()
+               if not all(cell_complete(layout.cell_dir(c.cell_id)) for c in cs)}
+    errors: dict[str, str] = {}
+    if pending:
+        errors = _fit(cfg, layout, pending, fail_once_dir, verbose)
+    table = collect_cells_table(cfg, cells, errors)
+    write_table(layout.cells_table, table)
+    return table
+
+
+def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[CellSpec]], fail_once_dir: str | None,
+         verbose: int) -> dict[str, str]:
+    from ray import tune
+
+    res = cfg.resources
+    storage = str(layout.tune_dir.resolve()) if "://" not in str(layout.tune_dir) else str(layout.tune_dir)
+    exp_dir = os.path.join(storage, f"{EXPERIMENT}-{cfg.config_hash()}")
+    threads = max(1, int(res.trial_cpus))
+    trainable = tune.with_resources(train_stack_trial, {"cpu": res.trial_cpus, "gpu": res.trial_gpus})
+    param_space = {
+        "run_root": str(layout.root.resolve()),
+        "protocol": to_dict(cfg.protocol),
+        "config_hash": cfg.config_hash(),
+        "fail_once_dir": fail_once_dir,
+        "threads": threads,
+        "cells": tune.grid_search([[c.to_dict() for c in cs] for cs in pending.values()]),
+    }
+    if tune.Tuner.can_restore(exp_dir):
+        tuner = tune.Tuner.restore(exp_dir, trainable=trainable, resume_unfinished=True, resume_errored=True,
+                                   param_space=param_space)
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=tune.TuneConfig(max_concurrent_trials=res.max_concurrent_trials or None),
+            run_config=tune.RunConfig(
+                name=os.path.basename(exp_dir),
+                storage_path=storage,
+                failure_config=tune.FailureConfig(max_failures=res.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                verbose=verbose,
+            ),
+        )
+    results = tuner.fit()
+    errors = {}
+    for r in results:
+        if r.error is not None:
+            cells = r.config.get("cells", [])
+            sid = CellSpec(**cells[0]).stack_id if cells else "?"
+            errors[sid] = f"{type(r.error).__name__}: {str(r.error).strip().splitlines()[-1][:300]}"
+    return errors
+
+
+def collect_cells_table(cfg: RunConfig, cells: list[CellSpec], errors: dict[str, str]) -> pd.DataFrame:
+    """One row per expected cell, in grid order; a missing cell is `failed: <reason>`, never dropped."""
+    from raybench.sae.cellio import load_cell_metrics
+
+    layout = RunLayout.at(cfg.run_dir)
+    rows = []
+    for c in cells:
+        cdir = layout.cell_dir(c.cell_id)
+        row: dict[str, Any] = {
+            "cell_id": c.cell_id, "model": c.model, "layer": c.layer, "n_layers": c.n_layers, "q": c.q,
+            "realized_depth": c.realized_depth, "arm": c.arm, "expansion": c.expansion, "n_latents": c.n_latents,
+            "k": c.k, "seed": c.seed, "config_hash": cfg.config_hash(),
+            "cell_dir": str(cdir.relative_to(layout.root)),
+        }
+        if cell_complete(cdir):
+            m = load_cell_metrics(cdir)
+            row.update(status="ok", train_seconds=float(m.get("train_seconds", np.nan)))
+            for key in ("val_r2", "test_r2", "val_dead_fraction", "val_mean_l0", "gate_pass",
+                        "test_accessibility", "test_coverage"):
+                row[key] = m.get(key, np.nan)
+        else:
+            reason = errors.get(c.stack_id, "not trained (trial did not finish)")
+            row.update(status=f"failed: {reason}", train_seconds=np.nan)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in CELL_COLUMNS:
+        if col not in df:
+            df[col] = np.nan
+    df["gate_pass"] = df["gate_pass"].astype("boolean")
+    return df[CELL_COLUMNS]

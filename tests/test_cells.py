@@ -1,0 +1,31 @@
+"""The cell grid: 450 primary + 90 sensitivity cells in 75 blocks, stable ids, stacks of seeds."""
+
+from __future__ import annotations
+
+from raybench.config import MODELS, paper_protocol
+from raybench.sae.cells import ModelDims, audited_layers, build_cells, group_stacks
+
+
+def _dims():
+    return {m: ModelDims(n_layers=6 if m == "csfm" else 12, d=768) for m in MODELS}
+
+
+def test_grid_counts_and_k_rule():
+    cells = build_cells(paper_protocol(), _dims())
+    primary = [c for c in cells if c.arm == "primary"]
+    sens = [c for c in cells if c.arm == "sensitivity"]
+    assert len(primary) == 450 and len(sens) == 90
+    assert {c.k for c in primary} == {96}
+    assert sorted({c.k for c in sens}) == [12, 48, 96, 192, 384]
+    assert len({c.cell_id for c in cells}) == len(cells)
+    blocks = {(c.q, c.expansion, c.seed) for c in primary}
+    assert len(blocks) == 75
+    stacks = group_stacks(cells)
+    assert len(stacks) == 180 and all(len(s) == 3 for s in stacks.values())
+
+
+def test_realized_depth_and_layers():
+    cells = build_cells(paper_protocol(), _dims())
+    csfm = {c.q: (c.layer, c.realized_depth) for c in cells if c.model == "csfm"}
+    assert csfm[0.5] == (3, 3 / 5) and csfm[1.0] == (5, 1.0)
+    assert audited_layers(paper_protocol(), 12) == [0, 3, 6, 8, 11]

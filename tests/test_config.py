@@ -1,0 +1,85 @@
+"""Protocol config: presets, YAML round trip, validation errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from raybench.config import (
+    ConfigError,
+    GridProtocol,
+    RunConfig,
+    demo_run,
+    dump_run_config,
+    k_for,
+    layer_for_depth,
+    load_run_config,
+    paper_protocol,
+)
+
+
+def test_paper_preset_is_the_published_protocol():
+    p = paper_protocol()
+    assert p.grid.n_primary_cells == 450 and p.grid.n_blocks == 75
+    assert p.sae.steps == 8000 and p.sae.batch_size == 256 and p.sae.lr == 3e-4
+    assert (p.sae.beta1, p.sae.beta2) == (0.9, 0.99)
+    assert p.grid.seeds == (4311, 4312, 4313) and p.grid.expansions == (1, 4, 8, 16, 32)
+    assert p.inference.patient_draws == 2000 and p.inference.crossed_draws == 10000
+    assert k_for(768, 768 * 32, "primary", p.sae, p.grid) == 96
+    assert [k_for(768, 768 * e, "sensitivity", p.sae, p.grid) for e in p.grid.expansions] == [12, 48, 96, 192, 384]
+
+
+def test_demo_has_the_same_structure():
+    d = demo_run().protocol
+    assert d.grid.n_primary_cells == 450 and d.grid.sensitivity_depth == 0.5
+    assert d.sae.steps < paper_protocol().sae.steps
+
+
+@pytest.mark.parametrize(("n_layers", "expected"), [(6, [0, 1, 3, 4, 5]), (12, [0, 3, 6, 8, 11])])
+def test_layer_map(n_layers, expected):
+    assert [layer_for_depth(q, n_layers) for q in (0, 0.25, 0.5, 0.75, 1.0)] == expected
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = demo_run(str(tmp_path / "run"))
+    path = tmp_path / "cfg.yaml"
+    path.write_text(dump_run_config(cfg))
+    assert load_run_config(path) == cfg
+    assert load_run_config(path).config_hash() == cfg.config_hash()
+
+
+def test_unknown_key_is_named(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("preset: demo\nprotocol:\n  sae:\n    stepz: 10\n")
+    with pytest.raises(ConfigError, match="stepz"):
+        load_run_config(path)
+
+
+def test_bad_values_are_named(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("protocol:\n  sae:\n    lr: -1\n")
+    with pytest.raises(ConfigError, match="sae.lr"):
+        load_run_config(path)
+    path.write_text("protocol:\n  grid:\n    depths: [0.5, 2.0]\n")
+    with pytest.raises(ConfigError, match="depths"):
+        load_run_config(path)
+    path.write_text("cohort:\n  kind: ptbxl\n")
+    with pytest.raises(ConfigError, match="cohort.root"):
+        load_run_config(path)
+    path.write_text("protocol:\n  sae:\n    steps: ten\n")
+    with pytest.raises(ConfigError, match="steps"):
+        load_run_config(path)
+
+
+def test_sensitivity_depth_must_be_a_grid_depth():
+    with pytest.raises(ConfigError, match="sensitivity_depth"):
+        GridProtocol(depths=(0.0, 1.0), sensitivity_depth=0.5).validate()
+
+
+def test_config_hash_ignores_speed_knobs():
+    a = RunConfig()
+    from dataclasses import replace
+
+    b = replace(a, run_dir="elsewhere", encoders=replace(a.encoders, batch_size=7))
+    assert a.config_hash() == b.config_hash()
+    c = replace(a, protocol=replace(a.protocol, sae=replace(a.protocol.sae, steps=10)))
+    assert a.config_hash() != c.config_hash()
