@@ -51,3 +51,7 @@ def main() -> None:
 
     Run `raybench grid` for the embedded demo (synthetic cohort, demo encoders, local Ray).
     """
+
+
+if __name__ == "__main__":
+    main()
