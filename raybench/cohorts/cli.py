@@ -1,0 +1,94 @@
+"""`raybench cohort ...` (make cohorts) and `raybench manifest ...` (validate records, build the manifest)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+_PATH = click.Path(path_type=Path)
+_EXISTING = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+@click.group()
+def cohort() -> None:
+    """Create cohorts (the synthetic PTB-XL-shaped cohort)."""
+
+
+@cohort.command("synth")
+@click.option("--out", "out", type=_PATH, required=True, help="Folder to write (replaced atomically).")
+@click.option("--records", type=click.IntRange(1, 99_999), default=1500, show_default=True)
+@click.option("--patients", type=click.IntRange(1), default=500, show_default=True)
+@click.option("--seed", type=int, default=7, show_default=True)
+@click.option("--bad-fraction", type=click.FloatRange(0.0, 0.5, max_open=True), default=0.0, show_default=True,
+              help="Fraction of deliberately defective records (truncated, NaN/flat/missing lead, wrong rate).")
+def synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction: float) -> None:
+    """Write a PTB-XL-shaped synthetic cohort with known concept values (ground_truth.csv)."""
+    from raybench.cohorts.synth import generate_synth_cohort
+
+    if patients > records:
+        raise click.BadParameter(f"--patients ({patients}) must not exceed --records ({records})")
+    start = time.perf_counter()
+    path = generate_synth_cohort(out, records, patients, seed, bad_fraction)
+    took = time.perf_counter() - start
+    click.echo(f"wrote {records} records ({patients} patients) to {path} in {took:.1f} s "
+               f"({records / took:.0f} records/s)")
+
+
+@click.group()
+def manifest() -> None:
+    """Build a validated, patient-split manifest (manifest.parquet, summary.json, quarantine.csv)."""
+
+
+def _report(path: Path) -> None:
+    summary_path = path.parent / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    splits = ", ".join(f"{k} {v.get('records')} ({v.get('patients')} patients)"
+                       for k, v in summary.get("splits", {}).items())
+    click.echo(f"manifest {path}: {summary.get('records')} records [{splits}], {summary.get('quarantined')} "
+               f"quarantined {summary.get('quarantine_reasons') or ''}; concepts: {len(summary.get('concepts', []))} "
+               f"({summary.get('concept_source')}); hash {summary.get('manifest_hash')}")
+    for note in summary.get("notes", []):
+        click.echo(f"note: {note}", err=note.startswith("WARNING"))
+
+
+@manifest.command("ptbxl")
+@click.argument("root", type=_EXISTING)
+@click.option("--out", "out", type=_PATH, required=True, help="Output folder.")
+@click.option("--rate", type=click.Choice(["500", "100"]), default="500", show_default=True,
+              help="records500 (12 x 5000) or records100 (12 x 1000).")
+@click.option("--concepts", type=click.Choice(["auto", "tables", "waveform", "none"]), default="auto",
+              show_default=True, help="auto: PTB-XL+ tables if present under ROOT/features, else waveform-derived.")
+@click.option("--features", type=_EXISTING, default=None, help="PTB-XL+ features folder (default ROOT/features).")
+def manifest_ptbxl(root: Path, out: Path, rate: str, concepts: str, features: Path | None) -> None:
+    """Manifest for a PTB-XL folder (ptbxl_database.csv, records500/, records100/)."""
+    from raybench.cohorts.ptbxl import build_ptbxl_manifest
+
+    _report(build_ptbxl_manifest(root, out, sampling_rate=int(rate), concepts=concepts, features_dir=features))
+
+
+@manifest.command("synth")
+@click.argument("root", type=_EXISTING)
+@click.option("--out", "out", type=_PATH, required=True, help="Output folder.")
+@click.option("--rate", type=click.Choice(["500", "100"]), default="500", show_default=True)
+def manifest_synth(root: Path, out: Path, rate: str) -> None:
+    """Manifest for a synthetic cohort made by `raybench cohort synth`."""
+    from raybench.cohorts.ptbxl import build_synth_manifest
+
+    _report(build_synth_manifest(root, out, sampling_rate=int(rate)))
+
+
+@manifest.command("mimic")
+@click.argument("root", type=_EXISTING)
+@click.option("--out", "out", type=_PATH, required=True, help="Output folder.")
+def manifest_mimic(root: Path, out: Path) -> None:
+    """Manifest for MIMIC-IV-ECG (record_list.csv, files/); waveform-derived concepts."""
+    try:
+        from raybench.cohorts.mimic import build_mimic_manifest
+    except ModuleNotFoundError as err:
+        if err.name != "raybench.cohorts.mimic":
+            raise
+        raise click.ClickException("MIMIC-IV-ECG support (raybench.cohorts.mimic) is not installed") from err
+    _report(build_mimic_manifest(root, out))

@@ -1,0 +1,340 @@
+"""The manifest: one ordered row per usable record, the table every downstream stage is keyed on.
+
+`manifest.parquet` (ordered by ecg_id) holds ecg_id int64, patient_id str (as written in the csv),
+split, site, device, path (WFDB record base relative to the data root, at the chosen rate), fs,
+n_samples, `raw_<concept>` float64 (NaN when missing) and `<concept>` float32 (standardized with the
+train split's mean and population std, std floored at 1e-6; missing or non-finite -> 0). Schema
+metadata: raybench.root, raybench.concepts (JSON list), raybench.concept_source
+(tables|waveform|none), raybench.manifest_hash (content hash of keys, paths, splits, rates and raw
+concepts; independent of where the data root lives). Beside it: summary.json and quarantine.csv
+(ecg_id, path, reason, detail). All three are written atomically, the manifest last.
+
+This module holds the cohort-independent parts (record checks, standardization, hashing, writing,
+loading, `finish_manifest`); `raybench.cohorts.ptbxl` reads PTB-XL/PTB-XL+ and the synthetic cohort
+(`build_ptbxl_manifest`, `build_synth_manifest`, importable from here too).
+
+Bad input - what happens and why:
+- Record level (the record is left out, one quarantine row with a reason; other records proceed):
+  header missing (`missing_header`), header unparsable or .dat unreadable (`unreadable`), .dat
+  shorter than the header says (`truncated`) or longer (`shape_mismatch`), header rate or length
+  not the expected 500 Hz x 5000 / 100 Hz x 1000 (`rate_mismatch`, `length_mismatch`), a lead absent
+  (`missing_leads`), NaN samples (`nan_lead`), a constant lead (`flat_lead`), a filename or a header's
+  data-file name escaping the data root (`path_escapes_root`), an empty filename
+  (`missing_filename`) or patient_id (`missing_patient_id`; without a patient there is no split).
+- Table level (a ManifestError naming the file, rows and fix; nothing is written): metadata csv
+  missing/unreadable or lacking ecg_id/patient_id/filename columns, a non-integer ecg_id, a
+  duplicate ecg_id (a record listed twice - possibly with two patients - would leak across
+  splits), two ecg_ids sharing one waveform file (same leak), one patient spelled two ways
+  ("15709" and "15709.0" hash to different splits), a feature table that is unreadable, lacks
+  ecg_id or a panel column, or repeats an ecg_id.
+- A patient in two splits cannot happen: the split is a pure function of the patient_id string and
+  duplicate ecg_ids / spellings are refused above; the builder still asserts it before writing.
+- Non-numeric concept cells ("12,5", "abc"; blank/NA/nan are plain missing values) become missing
+  (NaN -> 0 after standardizing) and are counted with examples in summary.json
+  (`bad_concept_cells`) and a note; the waveform is still good, so the record stays.
+- Concepts: "auto" uses PTB-XL+ tables when `features/12sl_features.csv` exists (ECGDeli concepts
+  are dropped from the list, with a note, when `ecgdeli_features.csv` is absent), else the
+  waveform extractor (`raybench.cohorts.waveform_concepts`) if installed, else no concepts and a
+  loud note. Records the extractor fails on keep NaN concepts and are counted in the summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raybench.cohorts.panel import WAVEFORM_CONCEPTS
+from raybench.cohorts.split import SPLITS
+from raybench.cohorts.waveforms import LEADS, RecordError, canonical_lead, read_record, resolve_record_path
+from raybench.io import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+META_ROOT = b"raybench.root"
+META_CONCEPTS = b"raybench.concepts"
+META_SOURCE = b"raybench.concept_source"
+META_HASH = b"raybench.manifest_hash"
+BASE_COLUMNS: tuple[str, ...] = ("ecg_id", "patient_id", "split", "site", "device", "path", "fs", "n_samples")
+STD_FLOOR = 1e-6
+QUARANTINE_COLUMNS = ("ecg_id", "path", "reason", "detail")
+
+
+class ManifestError(ValueError):
+    """A table-level problem: nothing is written; the message names the file, the rows and the fix."""
+
+
+@dataclass(frozen=True)
+class ManifestInfo:
+    root: Path
+    concepts: tuple[str, ...]
+    concept_source: str
+    manifest_hash: str
+
+
+# ---------------------------------------------------------------- record checks
+@dataclass(frozen=True)
+class RecordCheck:
+    ok: bool
+    n_samples: int = 0
+    reason: str = ""
+    detail: str = ""
+
+
+def _parse_header(text: str) -> tuple[int, float, int | None, list[list[str]]]:
+    lines = [ln.split() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    head = lines[0]
+    n_sig = int(head[1])
+    fs = float(head[2].split("/")[0].split("(")[0]) if len(head) > 2 else 250.0
+    sig_len = int(head[3]) if len(head) > 3 else None
+    return n_sig, fs, sig_len, lines[1:1 + n_sig]
+
+
+def check_record(root: Path, rel_path: str, fs: float, n_samples: int) -> RecordCheck:
+    """Validate one record cheaply (header parse + one int16 read); never raises for bad records."""
+    try:
+        base = resolve_record_path(root, rel_path)
+    except RecordError as err:
+        return RecordCheck(False, reason=err.reason, detail=err.detail)
+    hea = base.parent / (base.name + ".hea")
+    if not hea.exists():
+        return RecordCheck(False, reason="missing_header", detail=f"{hea} not found; check the data root and rate")
+    try:
+        n_sig, hfs, sig_len, sigs = _parse_header(hea.read_text())
+    except (ValueError, IndexError, UnicodeDecodeError) as err:
+        return RecordCheck(False, reason="unreadable", detail=f"header {hea.name} cannot be parsed ({err})")
+    if abs(hfs - fs) > 1e-6:
+        return RecordCheck(False, reason="rate_mismatch",
+                           detail=f"header rate {hfs:g} Hz, expected {fs:g} Hz; use the matching records folder")
+    if sig_len != n_samples:
+        return RecordCheck(False, reason="length_mismatch",
+                           detail=f"header says {sig_len} samples, expected {n_samples}")
+    leads = [canonical_lead(" ".join(s[8:])) if len(s) > 8 else None for s in sigs]
+    missing = [lead for lead in LEADS if lead not in leads]
+    if len(sigs) != n_sig or missing:
+        return RecordCheck(False, reason="missing_leads",
+                           detail=f"leads {missing} absent (header lists {[' '.join(s[8:]) for s in sigs]})")
+    files = {s[0] for s in sigs}
+    if len(files) != 1 or any(len(s) < 2 or s[1] != "16" for s in sigs):
+        return _check_with_wfdb(root, rel_path, fs, n_samples)  # other formats: wfdb's general reader
+    dat_rel = str(Path(rel_path).parent / files.pop())
+    try:
+        dat = resolve_record_path(root, dat_rel)
+    except RecordError as err:
+        return RecordCheck(False, reason=err.reason, detail=f"header data file: {err.detail}")
+    try:
+        size = dat.stat().st_size
+    except OSError as err:
+        return RecordCheck(False, reason="unreadable", detail=f"{dat.name}: {err}; re-download the record")
+    expect = n_sig * n_samples * 2
+    if size != expect:
+        reason = "truncated" if size < expect else "shape_mismatch"
+        return RecordCheck(False, reason=reason, detail=f"{dat.name} has {size} bytes, header implies {expect}; "
+                           "re-download the record")
+    try:
+        data = np.fromfile(dat, dtype="<i2").reshape(n_samples, n_sig)
+    except (OSError, ValueError) as err:
+        return RecordCheck(False, reason="unreadable", detail=f"{dat.name}: {err}; re-download the record")
+    index = [leads.index(lead) for lead in LEADS]
+    data = data[:, index]
+    nan = [LEADS[k] for k in np.flatnonzero((data == -32768).any(0))]
+    if nan:
+        return RecordCheck(False, reason="nan_lead", detail=f"missing (NaN) samples in leads {nan}")
+    flat = [LEADS[k] for k in np.flatnonzero(data.max(0) == data.min(0))]
+    if flat:
+        return RecordCheck(False, reason="flat_lead", detail=f"flat (constant) leads {flat}; electrode off")
+    return RecordCheck(True, n_samples=n_samples)
+
+
+def _check_with_wfdb(root: Path, rel_path: str, fs: float, n_samples: int) -> RecordCheck:
+    try:
+        wave = read_record(root, rel_path, expect_fs=fs, expect_samples=n_samples)
+    except RecordError as err:
+        return RecordCheck(False, reason=err.reason, detail=err.detail)
+    return RecordCheck(True, n_samples=int(wave.signal.shape[1]))
+
+
+def validate_records(root: Path, items: Sequence[tuple[int, str]], fs: float, n_samples: int,
+                     workers: int | None = None) -> tuple[list[bool], list[dict[str, Any]]]:
+    """check_record over (ecg_id, rel_path) pairs in a thread pool -> (ok flags, quarantine rows)."""
+    workers = workers or min(8, (os.cpu_count() or 1) * 2)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        checks = list(pool.map(lambda item: check_record(root, item[1], fs, n_samples), items))
+    rows = [{"ecg_id": int(eid), "path": rel, "reason": chk.reason, "detail": chk.detail}
+            for (eid, rel), chk in zip(items, checks, strict=True) if not chk.ok]
+    return [chk.ok for chk in checks], rows
+
+
+# ---------------------------------------------------------------- waveform-derived concepts
+def waveform_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None, notes: list[str],
+                       summary: dict) -> pd.DataFrame:
+    from raybench.cohorts.waveform_concepts import extract_concepts
+
+    values, failures = extract_concepts(root, records[["ecg_id", "path", "fs"]].reset_index(drop=True),
+                                        num_cpus=num_cpus)
+    missing = [c for c in WAVEFORM_CONCEPTS if c not in values.columns]
+    if missing:
+        raise ManifestError(f"waveform concept extractor returned no columns {missing}; update "
+                            "raybench.cohorts.waveform_concepts")
+    if len(failures):
+        reasons = Counter(failures["reason"].astype(str))
+        summary["waveform_concept_failures"] = {"count": int(len(failures)), "reasons": dict(reasons)}
+        notes.append(f"waveform concepts failed on {len(failures)} records (kept, concepts missing): {dict(reasons)}")
+    return values[list(WAVEFORM_CONCEPTS)]
+
+
+def waveform_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("raybench.cohorts.waveform_concepts") is not None
+
+
+# ---------------------------------------------------------------- standardizing, hashing, io
+def standardize(raw: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, float, float, int]:
+    """(x - train mean) / max(train std, 1e-6); missing/non-finite -> 0. Returns z, mean, std, n."""
+    raw = np.asarray(raw, dtype=np.float64)
+    finite = np.isfinite(raw)
+    use = finite & train
+    n = int(use.sum())
+    mean = float(raw[use].mean()) if n else 0.0
+    std = float(raw[use].std()) if n else 1.0
+    std = max(std, STD_FLOOR)
+    z = np.where(finite, (np.where(finite, raw, 0.0) - mean) / std, 0.0)
+    return z.astype(np.float32), mean, std, n
+
+
+# ---------------------------------------------------------------- hashing and io
+def manifest_hash(df: pd.DataFrame) -> str:
+    """sha256 (first 16 hex) of keys, paths, splits, rates and raw concepts; stable across runs and roots."""
+    h = hashlib.sha256()
+    concepts = [c[4:] for c in df.columns if c.startswith("raw_")]
+    h.update(json.dumps({"v": 1, "concepts": concepts}).encode())
+    h.update(np.ascontiguousarray(df["ecg_id"].to_numpy(np.int64)).tobytes())
+    for col in ("patient_id", "split", "path"):
+        h.update("\x1f".join(df[col].astype(str)).encode())
+        h.update(b"\x1e")
+    for col in ("fs", "n_samples"):
+        h.update(np.ascontiguousarray(df[col].to_numpy(np.int64)).tobytes())
+    for c in concepts:
+        x = df[f"raw_{c}"].to_numpy(np.float64)
+        x = np.where(np.isfinite(x), x + 0.0, np.nan)
+        h.update(np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()[:16]
+
+
+def write_manifest(path: Path, df: pd.DataFrame, root: Path, concepts: list[str], source: str) -> str:
+    digest = manifest_hash(df)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta.update({META_ROOT: str(root).encode(), META_CONCEPTS: json.dumps(list(concepts)).encode(),
+                 META_SOURCE: source.encode(), META_HASH: digest.encode()})
+    table = table.replace_schema_metadata(meta)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return digest
+
+
+def load_manifest(path: str | Path, verify: bool = True) -> tuple[pd.DataFrame, ManifestInfo]:
+    """Read a manifest (file or its folder); checks the stored hash against the content."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "manifest.parquet"
+    if not path.exists():
+        raise ManifestError(f"manifest {path} not found; build it with `raybench manifest ptbxl|synth|mimic`")
+    table = pq.read_table(path)
+    meta = table.schema.metadata or {}
+    absent = [k.decode() for k in (META_ROOT, META_CONCEPTS, META_SOURCE, META_HASH) if k not in meta]
+    if absent:
+        raise ManifestError(f"{path} lacks raybench metadata {absent}; rebuild it with `raybench manifest`")
+    df = table.to_pandas()
+    info = ManifestInfo(root=Path(meta[META_ROOT].decode()), concepts=tuple(json.loads(meta[META_CONCEPTS])),
+                        concept_source=meta[META_SOURCE].decode(), manifest_hash=meta[META_HASH].decode())
+    if verify and manifest_hash(df) != info.manifest_hash:
+        raise ManifestError(f"{path}: content does not match its stored hash {info.manifest_hash}; the file was "
+                            "edited or damaged - rebuild it with `raybench manifest`")
+    return df, info
+
+
+# ---------------------------------------------------------------- builder
+
+
+def finish_manifest(out_dir: str | Path, records: pd.DataFrame, root: Path, concept_values: pd.DataFrame | None,
+                    names: Sequence[str], source: str, quarantine: Sequence[dict[str, Any]], notes: list[str],
+                    summary: dict[str, Any], split_rule: str) -> Path:
+    """Attach raw + standardized concepts, check patient-disjointness, write the three files.
+
+    records: one row per usable record with BASE_COLUMNS (any order; sorted here by ecg_id).
+    concept_values: raw values indexed by ecg_id with columns `names` (None when no concepts).
+    summary: cohort-specific entries (cohort, sampling_rate, records_listed, ...); the rest is added here.
+    """
+    df = records[list(BASE_COLUMNS)].sort_values("ecg_id", kind="stable").reset_index(drop=True)
+    df["ecg_id"] = df["ecg_id"].astype(np.int64)
+    if df["ecg_id"].duplicated().any():
+        raise ManifestError(f"duplicate ecg_id {df.loc[df['ecg_id'].duplicated(), 'ecg_id'].head(5).tolist()}")
+    names = list(names)
+    raw = None
+    if concept_values is not None and names:
+        raw = concept_values.reindex(df["ecg_id"])
+        extra = int((~concept_values.index.isin(df["ecg_id"])).sum())
+        if extra:
+            notes.append(f"{extra} concept rows have no usable record (not listed, or quarantined); ignored")
+    train = (df["split"] == "train").to_numpy()
+    stats: dict[str, dict[str, float]] = {}
+    raw_cols: dict[str, np.ndarray] = {}
+    std_cols: dict[str, np.ndarray] = {}
+    for name in names:
+        x = raw[name].to_numpy(np.float64) if raw is not None else np.full(len(df), np.nan)
+        x = np.where(np.isfinite(x), x, np.nan)
+        z, mean, std, n = standardize(x, train)
+        raw_cols[f"raw_{name}"] = x
+        std_cols[name] = z
+        stats[name] = {"train_mean": mean, "train_std": std, "n_train_finite": n,
+                       "missing_fraction": float(np.mean(~np.isfinite(x))) if len(x) else 0.0}
+    df = pd.concat([df, pd.DataFrame(raw_cols, index=df.index), pd.DataFrame(std_cols, index=df.index)], axis=1)
+
+    per_patient = df.groupby("patient_id")["split"].nunique()
+    if (per_patient > 1).any():  # impossible when the split is a function of the patient; refuse, never leak
+        raise ManifestError(f"patients in two splits: {per_patient[per_patient > 1].index[:5].tolist()}")
+    if len(df) == 0:
+        notes.append("WARNING: no usable records; see quarantine.csv")
+
+    qdf = pd.DataFrame(list(quarantine), columns=list(QUARANTINE_COLUMNS)).sort_values("ecg_id", kind="stable")
+    digest = manifest_hash(df)
+    summary = {**summary, "root": str(root), "records": int(len(df)), "quarantined": int(len(qdf)),
+               "quarantine_reasons": dict(Counter(qdf["reason"])),
+               "splits": {s: {"records": int((df["split"] == s).sum()),
+                              "patients": int(df.loc[df["split"] == s, "patient_id"].nunique())} for s in SPLITS},
+               "split_rule": split_rule, "concept_source": source, "concepts": names, "concept_stats": stats,
+               "notes": notes, "manifest_hash": digest}
+    for note in notes:
+        if note.startswith("WARNING"):
+            log.warning(note)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out_dir / "quarantine.csv") as tmp:
+        qdf.to_csv(tmp, index=False)
+    write_json(out_dir / "summary.json", summary)
+    path = out_dir / "manifest.parquet"
+    write_manifest(path, df, root, names, source)
+    return path
+
+
+def __getattr__(name: str) -> Any:
+    """`build_ptbxl_manifest` / `build_synth_manifest` live in ptbxl.py; importable from here as well."""
+    if name in ("build_ptbxl_manifest", "build_synth_manifest"):
+        from raybench.cohorts import ptbxl
+
+        return getattr(ptbxl, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
