@@ -154,7 +154,7 @@ class CohortConfig:
     seed: int = 7  # synth only
     bad_fraction: float = 0.0  # synth only: fraction of deliberately bad records
     sampling_rate: int = 500  # ptbxl: 500 (records500) or 100 (records100)
-    concepts: str = "auto"  # auto: feature tables if present, else waveform-derived
+    concepts: str = "auto"  # auto: feature tables if present, else waveform-derived; tables; waveform; none
 
     def validate(self) -> None:
         if self.kind not in ("synth", "ptbxl", "mimic"):
@@ -163,8 +163,8 @@ class CohortConfig:
             raise ConfigError(f"cohort.root is required for cohort.kind={self.kind!r}: the dataset folder")
         if self.sampling_rate not in (100, 500):
             raise ConfigError(f"cohort.sampling_rate must be 100 or 500, got {self.sampling_rate}")
-        if self.concepts not in ("auto", "tables", "waveform"):
-            raise ConfigError(f"cohort.concepts must be auto, tables or waveform, got {self.concepts!r}")
+        if self.concepts not in ("auto", "tables", "waveform", "none"):
+            raise ConfigError(f"cohort.concepts must be auto, tables, waveform or none, got {self.concepts!r}")
         if not 0.0 <= self.bad_fraction < 0.5:
             raise ConfigError(f"cohort.bad_fraction must be in [0, 0.5), got {self.bad_fraction}")
 
