@@ -205,13 +205,18 @@ class ResourceConfig:
     trial_gpus: float = 0.0  # fractional GPU per SAE trial, e.g. 0.25 packs four per GPU
     max_concurrent_trials: int = 0  # 0: as many as resources allow
     max_failures: int = 2  # Tune retries per trial
-    stack_seeds: bool = True  # train the seeds of one cell together in one trial
+    # What one Tune trial trains. "stack": the seeds of one model x depth x E x arm (finest packing, for GPU
+    # clusters); "layer": every E of one model x depth x arm; "model": all cells of one model x arm.
+    # Coarser units amortize per-trial start-up on small CPU machines.
+    trial_unit: str = "stack"
 
     def validate(self) -> None:
         if self.trial_cpus <= 0:
             raise ConfigError(f"resources.trial_cpus must be > 0, got {self.trial_cpus}")
         if self.trial_gpus < 0:
             raise ConfigError(f"resources.trial_gpus must be >= 0, got {self.trial_gpus}")
+        if self.trial_unit not in ("stack", "layer", "model"):
+            raise ConfigError(f"resources.trial_unit must be stack, layer or model, got {self.trial_unit!r}")
         if self.max_concurrent_trials < 0 or self.max_failures < 0:
             raise ConfigError("resources.max_concurrent_trials and resources.max_failures must be >= 0")
 

@@ -79,6 +79,25 @@ def build_cells(protocol: Protocol, dims: dict[str, ModelDims]) -> list[CellSpec
     return cells
 
 
+def trial_key(cell: CellSpec, unit: str) -> str:
+    """Which trial a cell's stack belongs to (see ResourceConfig.trial_unit)."""
+    if unit == "stack":
+        return cell.stack_id
+    if unit == "layer":
+        return f"{cell.model}-q{round(cell.q * 100):03d}-{cell.arm}"
+    if unit == "model":
+        return f"{cell.model}-{cell.arm}"
+    raise ValueError(f"unknown trial unit {unit!r}")
+
+
+def group_trials(cells: list[CellSpec], unit: str) -> dict[str, list[list[CellSpec]]]:
+    """Trial key -> its stacks (each a list of seed cells), preserving grid order."""
+    trials: dict[str, list[list[CellSpec]]] = {}
+    for stack in group_stacks(cells).values():
+        trials.setdefault(trial_key(stack[0], unit), []).append(stack)
+    return trials
+
+
 def group_stacks(cells: list[CellSpec]) -> dict[str, list[CellSpec]]:
     """Stack id -> its cells (seeds), preserving order."""
     stacks: dict[str, list[CellSpec]] = {}

@@ -1,4 +1,4 @@
-"""The atlas on Ray Tune: one trial per stack of cells (the seeds of one model x depth x E x arm).
+"""The atlas on Ray Tune: one trial per unit of stacks (a stack = the seeds of one model x depth x E x arm).
 
 Each trial asks for `{"cpu": c, "gpu": g}` (fractional g packs several trials on one GPU), reads the
 activation store, trains its stack with periodic in-trial checkpoints, evaluates every cell and writes
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ import pandas as pd
 from raybench.config import Protocol, RunConfig, from_dict, to_dict
 from raybench.io import write_table
 from raybench.paths import RunLayout
-from raybench.sae.cells import CellSpec, ModelDims, build_cells, group_stacks
+from raybench.sae.cells import CellSpec, ModelDims, build_cells, group_trials
+from raybench.sae.data import load_cell_data
 
 EXPERIMENT = "grid"
 CELL_COLUMNS = [
@@ -55,59 +57,74 @@ def model_dims_from_store(run_root: str | Path, models: tuple[str, ...]) -> dict
 
 # ---------------------------------------------------------------- the trial
 
-def train_stack_trial(config: dict[str, Any]) -> None:
-    """Tune function trainable: train + evaluate + save the missing cells of one stack."""
+def train_cells_trial(config: dict[str, Any]) -> None:
+    """Tune function trainable: train + evaluate + save the missing cells of each stack in this trial."""
+    import torch
+    from ray import tune
+
+    layout = RunLayout.at(config["run_root"])
+    protocol: Protocol = from_dict(Protocol, config["protocol"])
+    stacks = [[CellSpec(**c) for c in stack] for stack in config["stacks"]]
+    total = sum(len(s) for s in stacks)
+    todo_stacks = [[c for c in s if not cell_complete(layout.cell_dir(c.cell_id))] for s in stacks]
+    todo_stacks = [s for s in todo_stacks if s]
+    if todo_stacks:
+        _maybe_fail_once(config.get("fail_once_dir"), todo_stacks[0][0].stack_id)
+    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    device = "cuda" if torch.cuda.is_available() and _assigned_gpu() else "cpu"
+
+    resume = None
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as ckdir:
+            resume = torch.load(Path(ckdir) / "state.pt", map_location="cpu", weights_only=False)  # our own file
+
+    trained = 0
+    loaded: dict[tuple[str, int], Any] = {}
+    for todo in todo_stacks:
+        key = (todo[0].model, todo[0].layer)
+        if key not in loaded:
+            loaded.clear()  # one (model, layer) in memory at a time
+            loaded[key] = load_cell_data(layout.root, key[0], key[1], protocol.eval)
+        ids = [c.cell_id for c in todo]
+        state = resume["state"] if resume is not None and resume.get("cell_ids") == ids else None
+        _train_and_save(layout, protocol, todo, loaded[key], device, state, config["config_hash"],
+                        {"cells_trained": trained, "cells_total": total})
+        trained += len(todo)
+    tune.report({"cells_trained": trained, "cells_total": total})
+
+
+def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec], data, device: str,
+                    state: dict | None, config_hash: str, progress: dict[str, int]) -> None:
+    """Train one stack (the seeds of a cell) together, then evaluate and save each SAE atomically."""
     import torch
     from ray import tune
 
     from raybench.sae.cellio import save_cell
-    from raybench.sae.data import load_cell_data
     from raybench.sae.evaluate import evaluate_cell
     from raybench.sae.model import SAECellConfig
     from raybench.sae.train import train_stack
 
-    layout = RunLayout.at(config["run_root"])
-    protocol: Protocol = from_dict(Protocol, config["protocol"])
-    cells = [CellSpec(**c) for c in config["cells"]]
-    todo = [c for c in cells if not cell_complete(layout.cell_dir(c.cell_id))]
-    if not todo:
-        tune.report({"cells_trained": 0, "cells_total": len(cells)})
-        return
-    _maybe_fail_once(config.get("fail_once_dir"), todo[0].stack_id)
-
-    torch.set_num_threads(max(1, int(config.get("threads", 1))))
-    device = "cuda" if torch.cuda.is_available() and _assigned_gpu() else "cpu"
-    first = todo[0]
-    data = load_cell_data(layout.root, first.model, first.layer, protocol.eval)
     cfgs = [SAECellConfig.from_protocol(protocol.sae, c.d, c.n_latents, c.k, c.seed) for c in todo]
-
-    state = None
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as ckdir:
-            saved = torch.load(Path(ckdir) / "state.pt", map_location="cpu", weights_only=False)  # our own file
-        if saved.get("cell_ids") == [c.cell_id for c in todo]:
-            state = saved["state"]
+    ids = [c.cell_id for c in todo]
 
     def on_checkpoint(step: int, st: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            torch.save({"cell_ids": [c.cell_id for c in todo], "state": st}, Path(tmp) / "state.pt")
-            tune.report({"step": step, "cells_trained": 0, "cells_total": len(cells)},
-                        checkpoint=tune.Checkpoint.from_directory(tmp))
+            torch.save({"cell_ids": ids, "state": st}, Path(tmp) / "state.pt")
+            tune.report({"step": step, **progress}, checkpoint=tune.Checkpoint.from_directory(tmp))
 
     t0 = time.perf_counter()
     result = train_stack(data.acts["train"], cfgs, device=device, state=state, on_checkpoint=on_checkpoint,
                          checkpoint_every=protocol.sae.checkpoint_every)
     seconds = (time.perf_counter() - t0) / len(todo)
     for i, cell in enumerate(todo):
-        sae = result.single(i)
-        ev = evaluate_cell(sae, result.normalizer, data.acts, data.concepts, data.test_patient_codes,
-                           data.selection_idx, protocol.eval)
-        extra = {"cell": cell.to_dict(), "cell_id": cell.cell_id, "realized_depth": cell.realized_depth,
-                 "train_seconds": seconds, "config_hash": config["config_hash"], "device": device,
-                 "concepts": list(data.concept_names), "test_patients": len(data.test_patients)}
-        save_cell(layout.cell_dir(cell.cell_id), sae, {**cfgs[i].__dict__, **cell.to_dict()}, ev, extra)
-    tune.report({"cells_trained": len(todo), "cells_total": len(cells)})
+        ev = evaluate_cell(result.sae, result.normalizer, data.acts, data.concepts, data.test_patient_codes,
+                           data.selection_idx, protocol.eval, index=i, n_patients=len(data.test_patients))
+        extra = {"cell_id": cell.cell_id, "realized_depth": cell.realized_depth, "train_seconds": seconds,
+                 "config_hash": config_hash, "device": device, "concepts": list(data.concept_names),
+                 "n_test_patients": len(data.test_patients)}
+        save_cell(layout.cell_dir(cell.cell_id), result.sae.single(i), {**asdict(cfgs[i]), **cell.to_dict()}, ev,
+                  extra, normalizer=result.normalizer)
 
 
 def _assigned_gpu() -> bool:
@@ -145,9 +162,9 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
     cells = build_cells(protocol, dims)
     if only_models:
         cells = [c for c in cells if c.model in only_models]
-    stacks = group_stacks(cells)
-    pending = {sid: cs for sid, cs in stacks.items()
-               if not all(cell_complete(layout.cell_dir(c.cell_id)) for c in cs)}
+    trials = group_trials(cells, cfg.resources.trial_unit)
+    pending = {key: stacks for key, stacks in trials.items()
+               if not all(cell_complete(layout.cell_dir(c.cell_id)) for s in stacks for c in s)}
     errors: dict[str, str] = {}
     if pending:
         errors = _fit(cfg, layout, pending, fail_once_dir, verbose)
@@ -156,7 +173,7 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
     return table
 
 
-def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[CellSpec]], fail_once_dir: str | None,
+def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpec]]], fail_once_dir: str | None,
          verbose: int) -> dict[str, str]:
     from ray import tune
 
@@ -164,14 +181,15 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[CellSpec]], 
     storage = str(layout.tune_dir.resolve()) if "://" not in str(layout.tune_dir) else str(layout.tune_dir)
     exp_dir = os.path.join(storage, f"{EXPERIMENT}-{cfg.config_hash()}")
     threads = max(1, int(res.trial_cpus))
-    trainable = tune.with_resources(train_stack_trial, {"cpu": res.trial_cpus, "gpu": res.trial_gpus})
+    trainable = tune.with_resources(train_cells_trial, {"cpu": res.trial_cpus, "gpu": res.trial_gpus})
     param_space = {
         "run_root": str(layout.root.resolve()),
         "protocol": to_dict(cfg.protocol),
         "config_hash": cfg.config_hash(),
         "fail_once_dir": fail_once_dir,
         "threads": threads,
-        "cells": tune.grid_search([[c.to_dict() for c in cs] for cs in pending.values()]),
+        "stacks": tune.grid_search([[[c.to_dict() for c in stack] for stack in stacks]
+                                    for stacks in pending.values()]),
     }
     if tune.Tuner.can_restore(exp_dir):
         tuner = tune.Tuner.restore(exp_dir, trainable=trainable, resume_unfinished=True, resume_errored=True,
@@ -193,9 +211,9 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[CellSpec]], 
     errors = {}
     for r in results:
         if r.error is not None:
-            cells = r.config.get("cells", [])
-            sid = CellSpec(**cells[0]).stack_id if cells else "?"
-            errors[sid] = f"{type(r.error).__name__}: {str(r.error).strip().splitlines()[-1][:300]}"
+            reason = f"{type(r.error).__name__}: {str(r.error).strip().splitlines()[-1][:300]}"
+            for stack in r.config.get("stacks", []):
+                errors[CellSpec(**stack[0]).stack_id] = reason
     return errors
 
 

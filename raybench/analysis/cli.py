@@ -1,0 +1,109 @@
+"""`raybench analyze` (tables -> figures -> audit -> report) and `raybench report` (re-render only)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import click
+
+from raybench.config import ConfigError, RunConfig, from_dict, load_run_config
+
+log = logging.getLogger(__name__)
+
+
+def resolve_config(run_dir: str, config_path: str | None) -> RunConfig:
+    """--config when given, else the resolved config recorded in the run's run.yaml."""
+    from raybench.analysis.audit import read_run_yaml, run_section
+
+    if config_path:
+        return dataclasses.replace(load_run_config(config_path), run_dir=run_dir)
+    raw = read_run_yaml(run_dir)
+    if raw is None:
+        raise click.UsageError(f"{Path(run_dir) / 'run.yaml'} not found: pass --config with the run's config "
+                               f"(the same file given to `raybench grid`)")
+    sections = {k: run_section(raw, k) for k in ("protocol", "cohort", "encoders", "resources")}
+    if sections["protocol"] is None:
+        raise click.UsageError(f"{Path(run_dir) / 'run.yaml'} holds no protocol section: pass --config")
+    try:
+        return from_dict(RunConfig, {"run_dir": run_dir, **{k: v for k, v in sections.items() if v is not None}},
+                         "run.yaml").validate()
+    except ConfigError as err:
+        raise click.UsageError(f"{Path(run_dir) / 'run.yaml'}: {err}") from None
+
+
+def _local_dir(run_dir: str) -> Path:
+    if "://" in run_dir:
+        raise click.UsageError(f"--run-dir {run_dir}: figures and the report need a local run folder; copy it "
+                               f"first (e.g. `aws s3 sync {run_dir} runs/local`) and pass that folder")
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise click.UsageError(f"--run-dir {run_dir} is not a folder: give the run folder written by `raybench grid`")
+    return path
+
+
+def _render(root: Path, cfg: RunConfig | None) -> None:
+    from raybench.analysis.audit import release_audit
+    from raybench.analysis.figures import make_figures
+    from raybench.analysis.report import render_report
+
+    figures = make_figures(root)
+    click.echo(f"figures: {len(figures)} files in {root / 'figures'}")
+    if cfg is not None:
+        audit = release_audit(root, cfg.protocol)
+        click.echo(f"release audit: {audit.summary}")
+    report = render_report(root)
+    click.echo(f"report: {report}")
+
+
+@click.command()
+@click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder written by `raybench grid`.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Run config YAML (default: the run's own run.yaml).")
+@click.option("--num-workers", type=int, default=None, help="Parallel bootstrap tasks (default: what Ray has).")
+@click.option("--strict", is_flag=True, help="Exit with status 1 when the release audit is incomplete.")
+@click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
+def analyze(run_dir: str, config_path: str | None, num_workers: int | None, strict: bool, verbose: bool) -> None:
+    """Compute the analysis tables (Ray bootstraps), then figures, the release audit and report.html."""
+    _logging(verbose)
+    root = _local_dir(run_dir)
+    cfg = resolve_config(run_dir, config_path)
+    from raybench.analysis.tables import analyze_run
+    from raybench.ray_session import init_ray
+
+    init_ray(cfg.resources)
+    tables = analyze_run(root, cfg.protocol, num_workers=num_workers, cohort_kind=cfg.cohort.kind)
+    click.echo(f"tables: {', '.join(sorted(tables))}")
+    _render(root, cfg)
+    _exit_on_audit(root, strict)
+
+
+@click.command()
+@click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder with finished tables.")
+@click.option("--strict", is_flag=True, help="Exit with status 1 when the release audit is incomplete.")
+@click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
+def report(run_dir: str, strict: bool, verbose: bool) -> None:
+    """Re-draw figures and re-render report.html from existing tables (no recomputation, no Ray)."""
+    _logging(verbose)
+    root = _local_dir(run_dir)
+    cfg = None
+    if (root / "run.yaml").exists():
+        cfg = resolve_config(run_dir, None)
+    else:
+        click.echo("no run.yaml: keeping any existing release audit (tables/audit.json)")
+    _render(root, cfg)
+    _exit_on_audit(root, strict)
+
+
+def _exit_on_audit(root: Path, strict: bool) -> None:
+    from raybench.analysis.audit import read_audit
+
+    audit = read_audit(root)
+    if strict and (audit is None or not audit.get("passed")):
+        raise click.ClickException("release audit incomplete (see report.html, section 'Release audit')")
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
