@@ -23,7 +23,7 @@ from raybench.paths import RunLayout
 class Stage:
     name: str
     is_complete: Callable[[RunConfig], bool]
-    run: Callable[[RunConfig], str | None]  # returns a short summary line
+    run: Callable[[RunConfig, str | None], str | None]  # (work config, remote run URI) -> summary line
 
 
 class Progress:
@@ -34,7 +34,7 @@ class Progress:
         self.echo = echo
         self.timings: dict[str, float] = {}
 
-    def run(self, i: int, stage: Stage, cfg: RunConfig, force: bool = False) -> None:
+    def run(self, i: int, stage: Stage, cfg: RunConfig, remote: str | None = None, force: bool = False) -> None:
         head = f"[{i}/{self.n}] {stage.name:<9}"
         if not force and stage.is_complete(cfg):
             self.timings[stage.name] = 0.0
@@ -42,7 +42,7 @@ class Progress:
             return
         self.echo(f"{head} running ...")
         t0 = time.perf_counter()
-        summary = stage.run(cfg)
+        summary = stage.run(cfg, remote)
         dt = time.perf_counter() - t0
         self.timings[stage.name] = dt
         self.echo(f"{head} done in {dt:6.1f} s" + (f"  ({summary})" if summary else ""))
@@ -56,7 +56,7 @@ def _cohort_complete(cfg: RunConfig) -> bool:
     return (RunLayout.at(cfg.run_dir).cohort_dir / "ptbxl_database.csv").exists()
 
 
-def _cohort_run(cfg: RunConfig) -> str:
+def _cohort_run(cfg: RunConfig, remote: str | None = None) -> str:
     from raybench.cohorts.synth import generate_synth_cohort
 
     c = cfg.cohort
@@ -76,7 +76,7 @@ def _manifest_complete(cfg: RunConfig) -> bool:
     return layout.manifest.exists() and layout.manifest_summary.exists()
 
 
-def _manifest_run(cfg: RunConfig) -> str:
+def _manifest_run(cfg: RunConfig, remote: str | None = None) -> str:
     from raybench.cohorts.manifest import build_ptbxl_manifest, load_manifest
 
     layout = RunLayout.at(cfg.run_dir)
@@ -113,7 +113,7 @@ def _encode_complete(cfg: RunConfig) -> bool:
     return True
 
 
-def _encode_run(cfg: RunConfig) -> str:
+def _encode_run(cfg: RunConfig, remote: str | None = None) -> str:
     from raybench.encoders.base import EncoderSpec, build_encoder
     from raybench.encoders.extract import extract_activations
     from raybench.sae.cells import audited_layers
@@ -140,10 +140,10 @@ def _train_complete(cfg: RunConfig) -> bool:
         set(table["config_hash"]) == {cfg.config_hash()}
 
 
-def _train_run(cfg: RunConfig) -> str:
+def _train_run(cfg: RunConfig, remote: str | None = None) -> str:
     from raybench.sae.grid import run_grid
 
-    table = run_grid(cfg)
+    table = run_grid(cfg, remote_uri=remote)
     ok = int((table["status"] == "ok").sum())
     return f"{ok}/{len(table)} cells ok"
 
@@ -154,7 +154,7 @@ def _analyze_complete(cfg: RunConfig) -> bool:
         if layout.cells_table.exists() else False
 
 
-def _analyze_run(cfg: RunConfig) -> str:
+def _analyze_run(cfg: RunConfig, remote: str | None = None) -> str:
     from raybench.analysis.audit import release_audit
     from raybench.analysis.figures import make_figures
     from raybench.analysis.report import render_report
@@ -201,9 +201,20 @@ def write_run_yaml(cfg: RunConfig) -> None:
 
 
 def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo) -> dict[str, float]:
+    """Run every stage. A remote run_dir (s3://...) is worked on in a node-local mirror, synced per stage."""
     from raybench.ray_session import init_ray
+    from raybench.storage import StorageError, check_writable, is_remote, local_mirror, sync_down, sync_up
 
     cfg.validate()
+    try:
+        check_writable(cfg.run_dir)
+    except StorageError as err:
+        raise click.ClickException(str(err)) from None
+    remote = cfg.run_dir if is_remote(cfg.run_dir) else None
+    if remote:
+        mirror = local_mirror(remote)
+        sync_down(remote, mirror)
+        cfg = replace(cfg, run_dir=str(mirror))
     layout = RunLayout.at(cfg.run_dir)
     layout.root.mkdir(parents=True, exist_ok=True)
     write_run_yaml(cfg)
@@ -211,7 +222,9 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo) -> di
     progress = Progress(STAGES, echo)
     t0 = time.perf_counter()
     for i, stage in enumerate(STAGES, 1):
-        progress.run(i, stage, cfg)
+        progress.run(i, stage, cfg, remote)
+        if remote:
+            sync_up(layout.root, remote)
     progress.timings["total"] = time.perf_counter() - t0
     return progress.timings
 

@@ -63,8 +63,15 @@ def train_cells_trial(config: dict[str, Any]) -> None:
     from ray import tune
 
     layout = RunLayout.at(config["run_root"])
+    remote = config.get("remote_uri")
     protocol: Protocol = from_dict(Protocol, config["protocol"])
     stacks = [[CellSpec(**c) for c in stack] for stack in config["stacks"]]
+    if remote:  # this node may not have the inputs (or other nodes' finished cells) yet
+        from raybench.storage import sync_down
+
+        sync_down(remote, layout.root, "manifest")
+        for cell in (c for stack in stacks for c in stack):
+            sync_down(remote, layout.root, f"cells/{cell.cell_id}")
     total = sum(len(s) for s in stacks)
     todo_stacks = [[c for c in s if not cell_complete(layout.cell_dir(c.cell_id))] for s in stacks]
     todo_stacks = [s for s in todo_stacks if s]
@@ -85,17 +92,20 @@ def train_cells_trial(config: dict[str, Any]) -> None:
         key = (todo[0].model, todo[0].layer)
         if key not in loaded:
             loaded.clear()  # one (model, layer) in memory at a time
+            if remote:
+                sync_down(remote, layout.root, RunLayout(Path(".")).activation_dir(*key).as_posix())
             loaded[key] = load_cell_data(layout.root, key[0], key[1], protocol.eval)
         ids = [c.cell_id for c in todo]
         state = resume["state"] if resume is not None and resume.get("cell_ids") == ids else None
         _train_and_save(layout, protocol, todo, loaded[key], device, state, config["config_hash"],
-                        {"cells_trained": trained, "cells_total": total})
+                        {"cells_trained": trained, "cells_total": total}, remote)
         trained += len(todo)
     tune.report({"cells_trained": trained, "cells_total": total})
 
 
 def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec], data, device: str,
-                    state: dict | None, config_hash: str, progress: dict[str, int]) -> None:
+                    state: dict | None, config_hash: str, progress: dict[str, int],
+                    remote_uri: str | None = None) -> None:
     """Train one stack (the seeds of a cell) together, then evaluate and save each SAE atomically."""
     import torch
     from ray import tune
@@ -125,6 +135,10 @@ def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec],
                  "n_test_patients": len(data.test_patients)}
         save_cell(layout.cell_dir(cell.cell_id), result.sae.single(i), {**asdict(cfgs[i]), **cell.to_dict()}, ev,
                   extra, normalizer=result.normalizer)
+        if remote_uri:
+            from raybench.storage import sync_up
+
+            sync_up(layout.root, remote_uri, f"cells/{cell.cell_id}")
 
 
 def _assigned_gpu() -> bool:
@@ -150,8 +164,13 @@ def _maybe_fail_once(marker_dir: str | None, stack_id: str) -> None:
 # ---------------------------------------------------------------- the grid
 
 def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_once_dir: str | None = None,
-             only_models: tuple[str, ...] | None = None, verbose: int = 0) -> pd.DataFrame:
-    """Train every missing cell through Ray Tune, then write and return the cells table."""
+             only_models: tuple[str, ...] | None = None, verbose: int = 0,
+             remote_uri: str | None = None) -> pd.DataFrame:
+    """Train every missing cell through Ray Tune, then write and return the cells table.
+
+    With `remote_uri` (an s3:// run folder mirrored at cfg.run_dir) trials on any node fetch their
+    activation store from it and upload each finished cell, and Tune keeps its state there too.
+    """
 
     from raybench.ray_session import init_ray
 
@@ -167,23 +186,28 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
                if not all(cell_complete(layout.cell_dir(c.cell_id)) for s in stacks for c in s)}
     errors: dict[str, str] = {}
     if pending:
-        errors = _fit(cfg, layout, pending, fail_once_dir, verbose)
+        errors = _fit(cfg, layout, pending, fail_once_dir, verbose, remote_uri)
+    if remote_uri:
+        from raybench.storage import sync_down
+
+        sync_down(remote_uri, layout.root, "cells")
     table = collect_cells_table(cfg, cells, errors)
     write_table(layout.cells_table, table)
     return table
 
 
 def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpec]]], fail_once_dir: str | None,
-         verbose: int) -> dict[str, str]:
+         verbose: int, remote_uri: str | None = None) -> dict[str, str]:
     from ray import tune
 
     res = cfg.resources
-    storage = str(layout.tune_dir.resolve()) if "://" not in str(layout.tune_dir) else str(layout.tune_dir)
+    storage = f"{remote_uri.rstrip('/')}/tune" if remote_uri else str(layout.tune_dir.resolve())
     exp_dir = os.path.join(storage, f"{EXPERIMENT}-{cfg.config_hash()}")
     threads = max(1, int(res.trial_cpus))
     trainable = tune.with_resources(train_cells_trial, {"cpu": res.trial_cpus, "gpu": res.trial_gpus})
     param_space = {
         "run_root": str(layout.root.resolve()),
+        "remote_uri": remote_uri,
         "protocol": to_dict(cfg.protocol),
         "config_hash": cfg.config_hash(),
         "fail_once_dir": fail_once_dir,
@@ -191,7 +215,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
         "stacks": tune.grid_search([[[c.to_dict() for c in stack] for stack in stacks]
                                     for stacks in pending.values()]),
     }
-    if tune.Tuner.can_restore(exp_dir):
+    if not remote_uri and tune.Tuner.can_restore(exp_dir):
         tuner = tune.Tuner.restore(exp_dir, trainable=trainable, resume_unfinished=True, resume_errored=True,
                                    param_space=param_space)
     else:

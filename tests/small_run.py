@@ -1,0 +1,40 @@
+"""Build a small but real encoded run folder (synthetic cohort -> manifest -> demo-encoder activations)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from raybench.config import CohortConfig, EncoderConfig, GridProtocol, RunConfig, demo_protocol
+from raybench.paths import RunLayout
+
+
+def small_config(run_dir: Path, models: tuple[str, ...] = ("ecg_fm", "csfm"), steps: int = 40) -> RunConfig:
+    """2 models x 2 depths x 2 E x 2 seeds (+ a 2 x 2 x 2 sensitivity arm at depth 1): 24 cells."""
+    p = demo_protocol()
+    p = replace(p, sae=replace(p.sae, steps=steps, batch_size=64, checkpoint_every=20),
+                grid=GridProtocol(models=models, depths=(0.0, 1.0), expansions=(1, 4), seeds=(4311, 4312),
+                                  sensitivity_depth=1.0),
+                inference=replace(p.inference, patient_draws=200, crossed_draws=400, chunk_draws=100))
+    return RunConfig(run_dir=str(run_dir), protocol=p, cohort=CohortConfig(kind="synth", records=120, patients=48, seed=5),
+                     encoders=EncoderConfig(size="demo", batch_size=32)).validate()
+
+
+def build_encoded_run(cfg: RunConfig) -> RunConfig:
+    """Cohort, manifest and activation stores for every model of cfg (reuses what exists)."""
+    from raybench.cohorts.ptbxl import build_synth_manifest
+    from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.encoders.base import EncoderSpec, build_encoder
+    from raybench.encoders.extract import extract_activations
+    from raybench.sae.cells import audited_layers
+
+    layout = RunLayout.at(cfg.run_dir)
+    if not (layout.cohort_dir / "ptbxl_database.csv").exists():
+        generate_synth_cohort(layout.cohort_dir, cfg.cohort.records, cfg.cohort.patients, cfg.cohort.seed)
+    if not layout.manifest.exists():
+        build_synth_manifest(layout.cohort_dir, layout.manifest_dir)
+    for model in cfg.protocol.grid.models:
+        spec = EncoderSpec(name=model, size="demo")
+        layers = audited_layers(cfg.protocol, build_encoder(spec).n_layers)
+        extract_activations(layout.manifest, layout.root, spec, cfg.encoders, layers=layers, progress=False)
+    return cfg

@@ -1,0 +1,149 @@
+"""CARDIAC-FM adapter: DataParallel flat checkpoint, ECG branch only, strict keys, states = ECG-FM encoder's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from raybench.encoders.base import CheckpointError, EncoderSpec, build_encoder
+from raybench.encoders.models import cardiac_fm, ecg_fm
+from raybench.encoders.models._wav2vec2 import DEMO, Wav2Vec2ECG
+
+PROJ_KEYS = {"ecg_projection.0.weight", "ecg_projection.0.bias", "ecg_projection.2.weight", "ecg_projection.2.bias"}
+
+
+def fake_state(seed: int = 1) -> dict[str, torch.Tensor]:
+    """What `torch.save(nn.DataParallel(MMCL).state_dict())` holds, at demo size, random tensors."""
+    g = torch.Generator().manual_seed(seed)
+    enc = Wav2Vec2ECG(DEMO).state_dict()  # fairseq keys, weight_g/weight_v as the published file has them
+    state = {f"module.ecg_encoder.{k}": 0.2 * torch.randn(v.shape, generator=g) for k, v in enc.items()}
+    state |= {"module.ecg_projection.0.weight": torch.rand(64, generator=g) + 0.5,
+              "module.ecg_projection.0.bias": torch.randn(64, generator=g),
+              "module.ecg_projection.2.weight": torch.randn(32, 64, generator=g),
+              "module.ecg_projection.2.bias": torch.randn(32, generator=g)}
+    # the MRI branch of the contrastive model: present in the file, not part of the ECG encoder
+    state |= {"module.mri_encoder.mri_encoder1.fenc.conv1.weight": torch.randn(4, 3, 3, 3, generator=g),
+              "module.mri_encoder.mri_encoder2.senc.rnn.weight_ih_l0": torch.randn(8, 4, generator=g),
+              "module.mri_projection.2.weight": torch.randn(512, 512, generator=g)}
+    return state
+
+
+def record(seed: int = 0, t: int = 5000) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((12, t)).astype(np.float32)
+
+
+def batch(model, seeds=(0, 1)) -> torch.Tensor:
+    return torch.from_numpy(np.stack([model.preprocess(record(s), 500) for s in seeds]))
+
+
+def test_keys_are_the_ecg_branch_of_the_published_file():
+    keys = set(cardiac_fm.CardiacFMEncoder(DEMO, 32).state_dict())
+    assert keys >= PROJ_KEYS
+    assert keys - PROJ_KEYS == {f"ecg_encoder.{k}" for k in Wav2Vec2ECG(DEMO).state_dict()}
+
+
+def test_checkpoint_loads_strictly_and_sets_the_weights(tmp_path):
+    state = fake_state()
+    path = tmp_path / "model_epoch_8.pth"
+    torch.save(state, path)
+    model = build_encoder(EncoderSpec("cardiac_fm", checkpoint=str(path), init_seed=9))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state["module." + k]), k
+    # the audited states are exactly ECG-FM's encoder states for the same encoder weights and input
+    enc = ecg_fm.ECGFMEncoder(DEMO)
+    enc.model.load_state_dict({k[len("module.ecg_encoder."):]: v for k, v in state.items()
+                               if k.startswith("module.ecg_encoder.")})
+    enc.profile = "published"  # both see 12 x 5000
+    x = batch(model)
+    torch.testing.assert_close(model.layer_states(x), enc.layer_states(x))
+    # the projection is used only for the pooled contrastive embedding (non-zero mean of the last layer)
+    h = enc.model.layer_outputs(x)[-1]
+    w, b = state["module.ecg_projection.2.weight"], state["module.ecg_projection.2.bias"]
+    ln = torch.nn.functional.layer_norm(h.sum(1) / (h != 0).sum(1), (64,), state["module.ecg_projection.0.weight"],
+                                        state["module.ecg_projection.0.bias"])
+    torch.testing.assert_close(model.pooled_projection(x), ln @ w.T + b)
+
+
+def test_file_without_dataparallel_prefix_and_with_new_weight_norm_names_loads(tmp_path):
+    state = {k[len("module."):].replace(".weight_g", ".parametrizations.weight.original0")
+             .replace(".weight_v", ".parametrizations.weight.original1"): v for k, v in fake_state().items()}
+    torch.save(state, tmp_path / "plain.pth")
+    model = cardiac_fm.CardiacFMEncoder(DEMO, 32)
+    cardiac_fm.load_checkpoint(model, str(tmp_path / "plain.pth"))
+    assert torch.equal(model.ecg_encoder.conv_pos.pos_conv[0].weight_v,
+                       state["ecg_encoder.conv_pos.pos_conv.0.parametrizations.weight.original1"])
+
+
+def test_renamed_or_unknown_key_fails_naming_it(tmp_path):
+    state = fake_state()
+    state["module.ecg_encoder.encoder.layers.0.fc2.bias_x"] = state.pop("module.ecg_encoder.encoder.layers.0.fc2.bias")
+    torch.save(state, tmp_path / "renamed.pth")
+    with pytest.raises(CheckpointError, match=r"ecg_encoder\.encoder\.layers\.0\.fc2\.bias_x") as err:
+        build_encoder(EncoderSpec("cardiac_fm", checkpoint=str(tmp_path / "renamed.pth")))
+    assert "missing [ecg_encoder.encoder.layers.0.fc2.bias]" in str(err.value)
+    state = fake_state() | {"module.logit_scale": torch.ones(())}
+    torch.save(state, tmp_path / "extra.pth")
+    with pytest.raises(CheckpointError, match="unexpected \\[logit_scale\\]"):
+        build_encoder(EncoderSpec("cardiac_fm", checkpoint=str(tmp_path / "extra.pth")))
+
+
+def test_wrong_size_or_format_fails_clearly(tmp_path):
+    torch.save(fake_state(), tmp_path / "demo.pth")
+    with pytest.raises(CheckpointError, match="shapes do not match"):
+        cardiac_fm.load_checkpoint(cardiac_fm.CardiacFMEncoder(DEMO, 16), str(tmp_path / "demo.pth"))
+    torch.save({"module.mri_encoder.w": torch.zeros(1)}, tmp_path / "mri.pth")
+    with pytest.raises(CheckpointError, match="module.ecg_encoder"):
+        build_encoder(EncoderSpec("cardiac_fm", checkpoint=str(tmp_path / "mri.pth")))
+
+
+@pytest.mark.parametrize("profile", ["native", "published"])
+def test_preprocess_shapes(profile):
+    model = build_encoder(EncoderSpec("cardiac_fm", profile=profile))
+    for t, fs in ((5000, 500), (1000, 100), (6000, 500)):
+        x = model.preprocess(record(t=t) * 2 - 1, fs)
+        assert x.shape == (12, 5000) and x.dtype == np.float32
+    x = model.preprocess(record() * 2 - 1, 500)
+    np.testing.assert_allclose(x.mean(axis=1), 0, atol=1e-5)
+    np.testing.assert_allclose(x.std(axis=1), 1, atol=1e-4)
+
+
+def test_demo_states_shape_and_determinism():
+    a = build_encoder(EncoderSpec("cardiac_fm", init_seed=5))
+    b = build_encoder(EncoderSpec("cardiac_fm", init_seed=5))
+    assert (a.name, a.n_layers, a.d) == ("cardiac_fm", 6, 64)
+    x = batch(a)
+    s = a.layer_states(x)
+    assert s.shape == (6, 2, 64) and torch.isfinite(s).all()
+    assert torch.equal(s, a.layer_states(x)) and torch.equal(s, b.layer_states(x))
+    assert a.pooled_projection(x).shape == (2, 32)
+    with pytest.raises(ValueError, match=r"CARDIAC-FM .*\[B, 12, 5000\]"):
+        a.layer_states(x[:, :, :2500])
+
+
+@pytest.mark.slow
+def test_full_size_states():
+    model = build_encoder(EncoderSpec("cardiac_fm", size="full"))
+    assert (model.n_layers, model.d) == (12, 768)
+    x = batch(model, (0,))
+    s = model.layer_states(x)
+    assert s.shape == (12, 1, 768) and torch.isfinite(s).all()
+    assert model.pooled_projection(x).shape == (1, 512)
+
+
+@pytest.mark.parametrize("profile", ["native", "published"])
+def test_real_ptbxl_records_at_both_rates(ptbxl_sample, profile):
+    """The 100-Hz and 500-Hz files of one PTB-XL record give time-aligned native inputs and finite states."""
+    import pandas as pd
+
+    from raybench.cohorts.waveforms import read_record
+
+    model = build_encoder(EncoderSpec("cardiac_fm", profile=profile))
+    row = pd.read_csv(ptbxl_sample / "ptbxl_database.csv").iloc[0]
+    hr, lr = read_record(ptbxl_sample, row.filename_hr), read_record(ptbxl_sample, row.filename_lr)
+    a, b = model.preprocess(hr.signal, hr.fs), model.preprocess(lr.signal, lr.fs)
+    assert a.shape == b.shape
+    la, lb = a.reshape(12, -1), b.reshape(12, -1)  # per lead (HuBERT's flattening is lead after lead)
+    assert min(np.corrcoef(la[i], lb[i])[0, 1] for i in range(12)) > 0.7
+    s = model.layer_states(torch.from_numpy(np.stack([a, b])))
+    assert s.shape == (model.n_layers, 2, model.d) and torch.isfinite(s).all()

@@ -1,0 +1,264 @@
+"""ECG-FM adapter: fairseq checkpoint format, strict keys, architecture facts, preprocessing, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from raybench.encoders.base import CheckpointError, EncoderSpec, build_encoder
+from raybench.encoders.models import ecg_fm
+from raybench.encoders.models._wav2vec2 import (
+    DEMO,
+    FULL,
+    TransformerLayer,
+    W2VConfig,
+    Wav2Vec2ECG,
+    WeightNormConv1d,
+    linear_resample,
+    parse_conv_layers,
+)
+
+# A tiny fairseq cfg['model'] as ECG-FM's checkpoint stores it (conv spec as a string, extra options present).
+TINY_CFG = {
+    "_name": "wav2vec2_cmsc", "conv_feature_layers": "[(16, 2, 2)] * 2", "in_d": 12, "extractor_mode": "default",
+    "conv_bias": False, "encoder_embed_dim": 32, "encoder_ffn_embed_dim": 64, "encoder_attention_heads": 2,
+    "encoder_layers": 2, "layer_norm_first": False, "conv_pos": 8, "conv_pos_groups": 2, "apply_mask": True,
+    "mask_prob": 0.65, "quantize_targets": True, "final_dim": 8, "latent_vars": 4, "latent_groups": 2,
+    "latent_dim": 0, "feature_grad_mult": 0.1, "dropout_input": 0.1, "all_gather": False,
+}
+
+
+def tiny_state(seed: int = 1) -> dict[str, torch.Tensor]:
+    """Random tensors under the upstream key names (weight_g/weight_v: torch.nn.utils.weight_norm, as saved)."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = Wav2Vec2ECG(W2VConfig.from_fairseq(TINY_CFG, "t")).state_dict()
+    return {k: 0.2 * torch.randn(v.shape, generator=g) for k, v in shapes.items()}
+
+
+def save_fairseq(path, state, model_cfg=TINY_CFG) -> str:
+    """The dict fairseq-signals' Trainer.state_dict() writes (cfg as a plain container)."""
+    torch.save({
+        "args": None,
+        "cfg": {"common": {"seed": 1}, "model": dict(model_cfg), "task": {"_name": "ecg_pretraining"}},
+        "model": state,
+        "criterion": None,
+        "optimizer_history": [{"criterion_name": "Wav2Vec2WithCMSCCriterion", "optimizer_name": "FairseqAdam",
+                               "lr_scheduler_state": {"best": 1.0}, "num_updates": 10}],
+        "task_state": {},
+        "extra_state": {"metrics": {}, "previous_training_time": 12.5},
+    }, path)
+    return str(path)
+
+
+def record(seed: int = 0, t: int = 5000) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((12, t)).astype(np.float32)
+
+
+# ---------------------------------------------------------------- architecture facts
+
+def test_state_dict_keys_are_the_fairseq_signals_names():
+    cfg = W2VConfig.from_fairseq(TINY_CFG, "t")
+    layer = ["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj", "self_attn.out_proj",
+             "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm"]
+    expected = {"mask_emb", "feature_extractor.conv_layers.0.0.weight", "feature_extractor.conv_layers.0.2.weight",
+                "feature_extractor.conv_layers.0.2.bias", "feature_extractor.conv_layers.1.0.weight",
+                "post_extract_proj.weight", "post_extract_proj.bias", "conv_pos.pos_conv.0.weight_g",
+                "conv_pos.pos_conv.0.weight_v", "conv_pos.pos_conv.0.bias", "layer_norm.weight", "layer_norm.bias",
+                "encoder.layer_norm.weight", "encoder.layer_norm.bias", "quantizer.vars",
+                "quantizer.weight_proj.weight", "quantizer.weight_proj.bias", "project_q.weight", "project_q.bias",
+                "final_proj.weight", "final_proj.bias"}
+    expected |= {f"encoder.layers.{i}.{m}.{p}" for i in range(2) for m in layer for p in ("weight", "bias")}
+    state = Wav2Vec2ECG(cfg).state_dict()
+    assert set(state) == expected
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
+    assert shapes["conv_pos.pos_conv.0.weight_g"] == (1, 1, 8)  # weight norm over the kernel axis (dim=2)
+    assert shapes["conv_pos.pos_conv.0.weight_v"] == (32, 16, 8)  # 2 groups
+    assert shapes["quantizer.vars"] == (1, 2 * 4, 8 // 2)
+    assert shapes["quantizer.weight_proj.weight"] == (2 * 4, 16)
+    assert shapes["post_extract_proj.weight"] == (32, 16)
+    assert shapes["feature_extractor.conv_layers.0.0.weight"] == (16, 12, 2)
+
+
+def test_full_size_has_the_published_parameter_count():
+    # ECG-FM README: "ECG-FM has 90.9 million parameters"
+    n = sum(p.numel() for p in Wav2Vec2ECG(FULL).parameters())
+    assert round(n / 1e5) == 909
+
+
+def test_conv_spec_parser_reads_fairseq_strings_without_eval():
+    assert parse_conv_layers("[(256, 2, 2)] * 4") == ((256, 2, 2),) * 4
+    assert parse_conv_layers("[(512, 10, 5)] + [(512, 3, 2)] * 2") == ((512, 10, 5), (512, 3, 2), (512, 3, 2))
+    assert parse_conv_layers("2 * [(8, 3, 1)]") == ((8, 3, 1),) * 2
+    for bad in ("__import__('os').system('true')", "[(1, 2)]", "[]", "[(1, 2, 3)] * 'x'"):
+        with pytest.raises(CheckpointError, match="conv_feature_layers"):
+            parse_conv_layers(bad)
+    assert FULL.n_tokens(2500) == 156 and FULL.n_tokens(5000) == 312
+
+
+def test_weight_norm_conv_matches_torch_weight_norm():
+    torch.manual_seed(0)
+    ours = WeightNormConv1d(16, 6, 4)
+    with torch.no_grad():
+        ours.weight_g.mul_(torch.rand_like(ours.weight_g) + 0.5)  # g != ||v|| so the norm really matters
+    ref = nn.Conv1d(16, 16, 6, padding=3, groups=4)
+    ref = nn.utils.parametrizations.weight_norm(ref, name="weight", dim=2)
+    ref.load_state_dict({"bias": ours.bias, "parametrizations.weight.original0": ours.weight_g,
+                         "parametrizations.weight.original1": ours.weight_v})
+    x = torch.randn(2, 16, 20)
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+def test_post_ln_layer_matches_torch_transformer_layer():
+    cfg = W2VConfig(encoder_embed_dim=32, encoder_ffn_embed_dim=48, encoder_attention_heads=4)
+    torch.manual_seed(0)
+    ours = TransformerLayer(cfg).eval()
+    ref = nn.TransformerEncoderLayer(32, 4, 48, dropout=0.0, activation="gelu", batch_first=True,
+                                     norm_first=False).eval()
+    a = ours.self_attn
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+        ref.self_attn.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+        ref.self_attn.out_proj.load_state_dict(a.out_proj.state_dict())
+        ref.linear1.load_state_dict(ours.fc1.state_dict())
+        ref.linear2.load_state_dict(ours.fc2.state_dict())
+        ref.norm1.load_state_dict(ours.self_attn_layer_norm.state_dict())
+        ref.norm2.load_state_dict(ours.final_layer_norm.state_dict())
+    x = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- checkpoint loading
+
+def test_fairseq_checkpoint_loads_strictly_and_sets_the_weights(tmp_path):
+    state = tiny_state()
+    path = save_fairseq(tmp_path / "mimic_iv_ecg_physionet_pretrained.pt", state)
+    model = build_encoder(EncoderSpec("ecg_fm", size="full", checkpoint=path, init_seed=7))
+    assert (model.n_layers, model.d) == (2, 32)  # architecture from the checkpoint's cfg
+    for k, v in model.model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    ref = Wav2Vec2ECG(W2VConfig.from_fairseq(TINY_CFG, "t")).eval()
+    ref.load_state_dict(state)
+    x = torch.from_numpy(np.stack([model.preprocess(record(s), 500) for s in (0, 1)]))
+    with torch.no_grad():
+        expected = torch.stack([h.mean(dim=1) for h in ref.layer_outputs(x)])
+    torch.testing.assert_close(model.layer_states(x), expected)
+
+
+def test_parametrized_weight_norm_names_load_too(tmp_path):
+    state = tiny_state()
+    renamed = {k.replace(".weight_g", ".parametrizations.weight.original0")
+                .replace(".weight_v", ".parametrizations.weight.original1"): v for k, v in state.items()}
+    assert renamed != state
+    model = ecg_fm.load_checkpoint(save_fairseq(tmp_path / "new.pt", renamed))
+    assert torch.equal(model.model.conv_pos.pos_conv[0].weight_g, state["conv_pos.pos_conv.0.weight_g"])
+
+
+def test_renamed_key_fails_naming_it(tmp_path):
+    state = tiny_state()
+    state["encoder.layers.1.fc1.weight_renamed"] = state.pop("encoder.layers.1.fc1.weight")
+    path = save_fairseq(tmp_path / "bad.pt", state)
+    with pytest.raises(CheckpointError, match=r"missing \[encoder\.layers\.1\.fc1\.weight\]") as err:
+        build_encoder(EncoderSpec("ecg_fm", checkpoint=path))
+    assert "encoder.layers.1.fc1.weight_renamed" in str(err.value) and "bad.pt" in str(err.value)
+
+
+def test_wrong_shape_and_wrong_format_fail_clearly(tmp_path):
+    state = tiny_state()
+    state["final_proj.weight"] = torch.zeros(3, 3)
+    with pytest.raises(CheckpointError, match="final_proj.weight"):
+        ecg_fm.load_checkpoint(save_fairseq(tmp_path / "shape.pt", state))
+    torch.save(tiny_state(), tmp_path / "flat.pt")
+    with pytest.raises(CheckpointError, match="'cfg' and 'model'"):
+        ecg_fm.load_checkpoint(str(tmp_path / "flat.pt"))
+    finetuned = dict(TINY_CFG, _name="ecg_transformer_classifier")
+    with pytest.raises(CheckpointError, match="finetuned"):
+        ecg_fm.load_checkpoint(save_fairseq(tmp_path / "ft.pt", tiny_state(), finetuned))
+    with pytest.raises(CheckpointError, match="target_glu"):
+        ecg_fm.load_checkpoint(save_fairseq(tmp_path / "glu.pt", tiny_state(), dict(TINY_CFG, target_glu=True)))
+    with pytest.raises(CheckpointError, match="not found"):
+        ecg_fm.load_checkpoint(str(tmp_path / "absent.pt"))
+
+
+# ---------------------------------------------------------------- preprocessing
+
+def test_native_is_the_first_5s_segment_of_the_record_zscored_as_a_whole():
+    model = build_encoder(EncoderSpec("ecg_fm"))
+    ramp = np.tile(np.linspace(-1.0, 3.0, 5000, dtype=np.float32), (12, 1))
+    x = model.preprocess(ramp, 500)
+    assert x.shape == (12, 2500) and x.dtype == np.float32
+    full = (ramp - ramp.mean(axis=1, keepdims=True)) / ramp.std(axis=1, keepdims=True)
+    np.testing.assert_allclose(x, full[:, :2500], atol=1e-5)
+    assert model.preprocess(record(t=1000), 100).shape == (12, 2500)  # 10 s at 100 Hz -> 500 Hz
+
+
+def test_linear_resample_is_fairseq_signals_interpolation():
+    # 5 samples at 1 Hz -> int(5 * 2) = 10 samples; the old grid 0..4 is stretched over 0..9 (step 2.25)
+    x = np.array([[0.0, 1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0, 1.0]], dtype=np.float32)
+    y = linear_resample(x, 1, 2)
+    np.testing.assert_allclose(y[0], np.arange(10) / 2.25, rtol=1e-6)
+    np.testing.assert_allclose(y[1], 1.0)
+    assert linear_resample(np.zeros((12, 1000), np.float32), 100, 500).shape == (12, 5000)
+    assert np.array_equal(linear_resample(x, 3, 3), x)
+
+
+def test_published_profile_feeds_10s_zscored_per_lead():
+    model = build_encoder(EncoderSpec("ecg_fm", profile="published"))
+    for t, fs in ((5000, 500), (1000, 100)):
+        x = model.preprocess(record(t=t) * 3 + 1, fs)
+        assert x.shape == (12, 5000) and x.dtype == np.float32
+        np.testing.assert_allclose(x.mean(axis=1), 0, atol=1e-5)
+        np.testing.assert_allclose(x.std(axis=1), 1, atol=1e-4)
+
+
+# ---------------------------------------------------------------- states and determinism
+
+@pytest.mark.parametrize("profile", ["native", "published"])
+def test_demo_states_shape_and_determinism(profile):
+    a = build_encoder(EncoderSpec("ecg_fm", profile=profile, init_seed=3))
+    b = build_encoder(EncoderSpec("ecg_fm", profile=profile, init_seed=3))
+    c = build_encoder(EncoderSpec("ecg_fm", profile=profile, init_seed=4))
+    assert (a.name, a.n_layers, a.d) == ("ecg_fm", DEMO.encoder_layers, 64)
+    x = torch.from_numpy(np.stack([a.preprocess(record(s), 500) for s in (0, 1)]))
+    s = a.layer_states(x)
+    assert s.shape == (6, 2, 64) and torch.isfinite(s).all()
+    assert torch.equal(s, a.layer_states(x)) and torch.equal(s, b.layer_states(x))
+    assert not torch.equal(s, c.layer_states(x))
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+    assert not any(p.requires_grad for p in a.parameters()) and not a.training
+
+
+def test_wrong_input_shape_names_model_and_profile():
+    model = build_encoder(EncoderSpec("ecg_fm"))
+    with pytest.raises(ValueError, match=r"ECG-FM \(native profile\).*\[B, 12, 2500\]"):
+        model.layer_states(torch.zeros(1, 12, 5000))
+
+
+@pytest.mark.slow
+def test_full_size_states():
+    model = build_encoder(EncoderSpec("ecg_fm", size="full"))
+    assert (model.n_layers, model.d) == (12, 768)
+    x = torch.from_numpy(np.stack([model.preprocess(record(s), 500) for s in (0, 1)]))
+    s = model.layer_states(x)
+    assert s.shape == (12, 2, 768) and torch.isfinite(s).all()
+    torch.testing.assert_close(s[:, :1], model.layer_states(x[:1]), rtol=1e-4, atol=1e-5)  # batch-independent
+
+
+@pytest.mark.parametrize("profile", ["native", "published"])
+def test_real_ptbxl_records_at_both_rates(ptbxl_sample, profile):
+    """The 100-Hz and 500-Hz files of one PTB-XL record give time-aligned native inputs and finite states."""
+    import pandas as pd
+
+    from raybench.cohorts.waveforms import read_record
+
+    model = build_encoder(EncoderSpec("ecg_fm", profile=profile))
+    row = pd.read_csv(ptbxl_sample / "ptbxl_database.csv").iloc[0]
+    hr, lr = read_record(ptbxl_sample, row.filename_hr), read_record(ptbxl_sample, row.filename_lr)
+    a, b = model.preprocess(hr.signal, hr.fs), model.preprocess(lr.signal, lr.fs)
+    assert a.shape == b.shape
+    la, lb = a.reshape(12, -1), b.reshape(12, -1)  # per lead (HuBERT's flattening is lead after lead)
+    assert min(np.corrcoef(la[i], lb[i])[0, 1] for i in range(12)) > 0.7
+    s = model.layer_states(torch.from_numpy(np.stack([a, b])))
+    assert s.shape == (model.n_layers, 2, model.d) and torch.isfinite(s).all()
