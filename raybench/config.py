@@ -286,6 +286,7 @@ def demo_run(run_dir: str = "runs/demo") -> RunConfig:
         protocol=demo_protocol(),
         cohort=CohortConfig(kind="synth", records=1500, patients=500, seed=7),
         encoders=EncoderConfig(size="demo", batch_size=64),
+        resources=ResourceConfig(trial_unit="model"),  # 12 trials: per-trial start-up dominates tiny SAEs
     ).validate()
 
 

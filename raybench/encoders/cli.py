@@ -1,0 +1,65 @@
+"""`raybench encode`: extract the audited layer states of each model into the run's activation store."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from raybench.config import MODELS, ConfigError, load_run_config
+from raybench.paths import RunLayout
+
+
+@click.command()
+@click.option("--run-dir", default=None, help="Run folder (default: the config's run_dir). Needs manifest/ built.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Run config YAML (default: the embedded demo config).")
+@click.option("--models", default=None, help=f"Comma-separated models (default: the config's grid; known: "
+              f"{', '.join(MODELS)}).")
+@click.option("--size", type=click.Choice(["demo", "full"]), default=None, help="Encoder size (overrides config).")
+@click.option("--batch-size", type=int, default=None, help="Records per encoder batch (overrides config).")
+@click.option("--num-gpus", type=float, default=None, help="GPU share per encoder actor, e.g. 0.25 (overrides config).")
+@click.option("--all-layers", is_flag=True, help="Store every layer, not only the audited depths.")
+@click.option("--quiet", is_flag=True, help="No progress bars or per-model lines.")
+def encode(run_dir: str | None, config_path: str | None, models: str | None, size: str | None,
+           batch_size: int | None, num_gpus: float | None, all_layers: bool, quiet: bool) -> None:
+    """Run every model over the manifest with Ray Data and write one float32 store per model x layer.
+
+    Complete stores (same manifest hash and encoder fingerprint) are skipped, so rerunning after an
+    interruption only does the remaining work. Bad records go to activations/<model>/quarantine.csv.
+    """
+    from raybench.encoders.base import EncoderSpec
+    from raybench.encoders.extract import ExtractionError, extract_activations
+    from raybench.ray_session import init_ray
+
+    try:
+        cfg = load_run_config(config_path)
+        overrides = {k: v for k, v in {"size": size, "batch_size": batch_size, "num_gpus": num_gpus}.items()
+                     if v is not None}
+        enc_cfg = dataclasses.replace(cfg.encoders, **overrides)
+        enc_cfg.validate()
+    except ConfigError as err:
+        raise click.ClickException(str(err)) from None
+    run_dir = run_dir or cfg.run_dir
+    if "://" in run_dir:
+        raise click.ClickException(f"--run-dir {run_dir}: activation stores are memory-mapped files and need a "
+                                   "local (or mounted) folder")
+    manifest = RunLayout.at(run_dir).manifest
+    if not manifest.exists():
+        raise click.ClickException(f"no manifest at {manifest}; build it first with `raybench manifest`")
+    names = [m.strip() for m in models.split(",") if m.strip()] if models else list(cfg.protocol.grid.models)
+    if not names:
+        raise click.ClickException("--models is empty")
+
+    init_ray(cfg.resources)
+    for name in names:
+        spec = EncoderSpec(name, size=enc_cfg.size, checkpoint=enc_cfg.checkpoints.get(name),
+                           profile=enc_cfg.profile, init_seed=enc_cfg.init_seed)
+        try:
+            summary = extract_activations(manifest, run_dir, spec, enc_cfg, progress=not quiet,
+                                          depths=None if all_layers else cfg.protocol.grid.depths)
+        except (ExtractionError, KeyError, ValueError) as err:
+            raise click.ClickException(f"{name}: {err}") from err
+        if not quiet:
+            click.echo(f"{name}: layers written {summary['layers']}, already complete {summary['skipped_layers']}, "
+                       f"{summary['records']} records, {summary['quarantined']} quarantined")

@@ -1,0 +1,390 @@
+"""Activation extraction: manifest -> Ray Data (load + native preprocessing on CPU tasks -> frozen encoder in an
+actor pool) -> activation store, streamed in manifest order so memory is bounded by a few batches.
+
+The driver builds the encoder once (its fingerprint decides which stores are already complete) and
+puts it in the object store; each actor fetches it instead of building again. Loading workers build a
+weightless copy on the meta device only for `preprocess`. With num_gpus=0, Ray fuses the loading step
+into the actor (same resources), so each actor loads and encodes; with a GPU share the loading runs in
+separate CPU tasks feeding the GPU actors. Bad records travel as flagged rows (zeros, never encoded)
+so the driver can quarantine them with their reason while writing the others in manifest order.
+
+`plain_loop_activations` is the single-process reference the Ray path must reproduce.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from raybench.cohorts.waveforms import RecordError, read_record
+from raybench.config import EncoderConfig, layer_for_depth
+from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder
+from raybench.encoders.store import QUARANTINE_COLUMNS, ActivationStore
+
+Builder = Callable[[EncoderSpec], ECGEncoder]
+MANIFEST_COLUMNS = ("ecg_id", "path", "fs", "n_samples", "split")
+
+
+class ExtractionError(RuntimeError):
+    """The pipeline cannot produce a consistent store (bad manifest, adapter contract broken)."""
+
+
+# ---------------------------------------------------------------- manifest
+
+@dataclass(frozen=True)
+class ManifestRecords:
+    """What extraction needs from a manifest: the ordered records, the data root and the content hash."""
+
+    df: pd.DataFrame  # columns MANIFEST_COLUMNS, ascending unique ecg_id
+    root: str
+    manifest_hash: str
+    path: str
+
+
+def read_manifest_records(manifest_path: str | os.PathLike) -> ManifestRecords:
+    """Load the manifest (its stored hash verified against the content: the hash keys every store) and keep
+    the columns extraction uses."""
+    from raybench.cohorts.manifest import ManifestError, load_manifest
+
+    try:
+        df, info = load_manifest(manifest_path, verify=True)
+    except ManifestError as err:
+        raise ExtractionError(str(err)) from err
+    missing = [c for c in MANIFEST_COLUMNS if c not in df.columns]
+    if missing:
+        raise ExtractionError(f"manifest {manifest_path} lacks columns {missing}; rebuild it with `raybench manifest`")
+    df = df.loc[:, list(MANIFEST_COLUMNS)].copy()
+    df["ecg_id"] = df["ecg_id"].astype(np.int64)
+    df["split"] = df["split"].astype(str)
+    df["path"] = df["path"].astype(str)
+    ids = df["ecg_id"].to_numpy()
+    if len(ids) > 1 and not np.all(np.diff(ids) > 0):
+        raise ExtractionError(f"manifest {manifest_path}: ecg_id must be unique and ascending (manifest order); "
+                              "rebuild it with `raybench manifest`")
+    return ManifestRecords(df=df.reset_index(drop=True), root=str(info.root), manifest_hash=info.manifest_hash,
+                           path=str(manifest_path))
+
+
+def split_sizes(df: pd.DataFrame) -> dict[str, int]:
+    return {str(k): int(v) for k, v in df["split"].value_counts(sort=False).sort_index().items()}
+
+
+# ---------------------------------------------------------------- per-record loading (runs in Ray tasks)
+
+_PREPROCESSORS: dict[tuple[EncoderSpec, str], ECGEncoder] = {}
+
+
+def _preprocessor(spec: EncoderSpec, builder: Builder | None, real: bool = False) -> ECGEncoder:
+    """The encoder whose `preprocess` a loading worker uses, built once per worker process.
+
+    Preprocessing is the upstream signal pipeline and does not read weights, so the module is built on
+    the meta device (no memory, no init time, no checkpoint read); an adapter whose preprocess does touch
+    its tensors is rebuilt for real on first failure (`real=True`).
+    """
+    key = (spec, "real" if real else "meta")
+    if key not in _PREPROCESSORS:
+        build = builder or build_encoder
+        if real:
+            _PREPROCESSORS[key] = build(spec)
+        else:
+            try:
+                with torch.device("meta"):
+                    _PREPROCESSORS[key] = build(dataclasses.replace(spec, checkpoint=None))
+            except Exception:
+                _PREPROCESSORS[key] = _preprocessor(spec, builder, real=True)
+    return _PREPROCESSORS[key]
+
+
+def native_input(root: str, row: dict[str, Any], preprocess: Callable[[np.ndarray, float], np.ndarray],
+                 name: str) -> np.ndarray:
+    """Read one record and apply a model's native preprocessing. Raises RecordError for bad records."""
+    wave = read_record(root, row["path"], expect_fs=float(row["fs"]), expect_samples=int(row["n_samples"]))
+    x = np.asarray(preprocess(wave.signal, wave.fs), dtype=np.float32)
+    if not np.all(np.isfinite(x)):
+        raise RecordError(row["path"], "nonfinite_input",
+                          f"{name} preprocessing produced non-finite values; check the record's leads")
+    return x
+
+
+def _worker_native(root: str, row: dict[str, Any], spec: EncoderSpec, builder: Builder | None) -> np.ndarray:
+    try:
+        return native_input(root, row, _preprocessor(spec, builder).preprocess, spec.name)
+    except RecordError:
+        raise
+    except Exception:  # preprocess needs real tensors: rebuild this worker's copy for real
+        return native_input(root, row, _preprocessor(spec, builder, real=True).preprocess, spec.name)
+
+
+def load_batch(batch: dict[str, np.ndarray], *, root: str, spec: EncoderSpec, builder: Builder | None,
+               x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Ray Data UDF: a batch of manifest rows -> native inputs; bad records flagged (zeros), never raised."""
+    n = len(batch["ecg_id"])
+    x = np.zeros((n, *x_shape), dtype=np.float32)
+    ok = np.ones(n, dtype=bool)
+    reason = np.full(n, "", dtype=object)
+    detail = np.full(n, "", dtype=object)
+    for i in range(n):
+        row = {k: batch[k][i] for k in ("path", "fs", "n_samples")}
+        try:
+            xi = _worker_native(root, row, spec, builder)
+        except RecordError as err:
+            ok[i], reason[i], detail[i] = False, err.reason, err.detail
+            continue
+        if xi.shape != x_shape:
+            raise ExtractionError(f"{spec.name}.preprocess returned shape {xi.shape} for record {row['path']}, "
+                                  f"expected {x_shape}: native inputs must have one fixed shape")
+        x[i] = xi
+    return {"ecg_id": batch["ecg_id"].astype(np.int64), "split": batch["split"].astype(object),
+            "path": batch["path"].astype(object), "ok": ok, "reason": reason, "detail": detail, "x": x}
+
+
+# ---------------------------------------------------------------- the encoder actor
+
+class EncoderActor:
+    """Ray Data actor UDF: builds the frozen encoder once, then maps native inputs to pooled layer states."""
+
+    def __init__(self, spec: EncoderSpec, layers: Sequence[int], builder: Builder | None = None,
+                 cpu_threads: int | None = None, shared: list | None = None):
+        import ray
+
+        # `shared` = [ObjectRef of the driver's built encoder]: fetching it is much cheaper than a second
+        # build (random init or a checkpoint read of ~90M parameters); otherwise build here.
+        self.encoder = ray.get(shared[0]) if shared else (builder or build_encoder)(spec)
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        if self.gpu_ids and torch.cuda.is_available():
+            self.device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the assigned GPU(s)
+        else:
+            self.device = torch.device("cpu")
+            if cpu_threads:
+                torch.set_num_threads(cpu_threads)
+        self.encoder.to(self.device)
+        self.layers = list(layers)
+        self.label = f"{self.device}" + (f" (gpu {','.join(self.gpu_ids)} assigned)" if self.gpu_ids else "")
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ok = batch["ok"]
+        n = len(ok)
+        states = np.zeros((n, len(self.layers), self.encoder.d), dtype=np.float32)
+        if ok.any():
+            states[ok] = encode_states(self.encoder, batch["x"][ok], self.layers, self.device)
+        out = {k: batch[k] for k in ("ecg_id", "split", "path", "ok", "reason", "detail")}
+        out["states"] = states
+        out["device"] = np.full(n, self.label, dtype=object)
+        return out
+
+
+def encode_states(encoder: ECGEncoder, x: np.ndarray, layers: Sequence[int],
+                  device: torch.device | str = "cpu") -> np.ndarray:
+    """[B, ...] native inputs -> [B, len(layers), d] float32 pooled states (inference mode)."""
+    with torch.inference_mode():
+        out = encoder.layer_states(torch.from_numpy(np.ascontiguousarray(x)).to(device))
+    expected = (encoder.n_layers, len(x), encoder.d)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ExtractionError(f"{encoder.name}.layer_states returned {got}, expected a tensor {expected} "
+                              "(n_layers, batch, d)")
+    return out[list(layers)].transpose(0, 1).float().cpu().numpy()
+
+
+# ---------------------------------------------------------------- driver
+
+def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.PathLike, spec: EncoderSpec,
+                        enc_cfg: EncoderConfig, layers: Sequence[int] | None = None, progress: bool = True, *,
+                        depths: Sequence[float] | None = None, builder: Builder | None = None,
+                        cpu_threads: int | None = None) -> dict[str, Any]:
+    """Extract the pooled states of `layers` (or of the layers at relative `depths`; default all) into the store.
+
+    Layers whose store is already complete for this manifest and encoder fingerprint are skipped; if all
+    are, no Ray work runs. `builder` replaces `build_encoder` (tests, unregistered models); it is shipped
+    to Ray workers, so it must be picklable. `cpu_threads`: torch threads of an actor that ended up on CPU
+    (default: this node's cores shared by the actor pool). Returns a summary dict.
+    """
+    import ray
+
+    from raybench.ray_session import init_ray
+
+    manifest = read_manifest_records(manifest_path)
+    store = ActivationStore.for_run(run_root)
+    build = builder or build_encoder
+    encoder = build(spec)
+    fingerprint = encoder.fingerprint()
+    n_layers, d = int(encoder.n_layers), int(encoder.d)
+    wanted = _resolve_layers(n_layers, layers, depths, spec.name)
+    todo = [layer for layer in wanted if not store.is_complete(spec.name, layer, manifest.manifest_hash, fingerprint)]
+    summary: dict[str, Any] = {
+        "model": spec.name, "layers": todo, "skipped_layers": [la for la in wanted if la not in todo],
+        "fingerprint": fingerprint, "manifest_hash": manifest.manifest_hash, "n_layers": n_layers, "d": d,
+        "records": 0, "quarantined": 0, "seconds": 0.0, "records_per_s": 0.0, "devices": [],
+    }
+    if not todo:
+        if progress:
+            _say(f"[encode] {spec.name}: all {len(wanted)} layer stores complete, skipped")
+        return summary
+    if manifest.df.empty:
+        raise ExtractionError(f"manifest {manifest.path} has no records; check the cohort and its quarantine.csv")
+    x_shape = _probe_shape(encoder, manifest.df.iloc[0])
+    init_ray()
+    try:
+        shared = [ray.put(encoder)]
+    except Exception:  # an adapter that cannot be pickled is built in each actor instead
+        shared = None
+    del encoder
+
+    capacity = split_sizes(manifest.df)
+    n_total = len(manifest.df)
+    t0 = time.perf_counter()
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
+    writers = {}
+    try:
+        ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = progress
+        ds = _pipeline(manifest, spec, enc_cfg, todo, x_shape, builder, cpu_threads, shared)
+        extra = {"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint,
+                 "input_shape": list(x_shape)}
+        for layer in todo:
+            writers[layer] = store.writer(spec.name, layer, n_layers=n_layers, d=d,
+                                          manifest_hash=manifest.manifest_hash, fingerprint=fingerprint,
+                                          capacity=capacity, extra=extra)
+        bad: list[pd.DataFrame] = []
+        seen = 0
+        last_id = -(2**63)
+        devices: set[str] = set()
+        last_report = t0
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1):
+            ids = batch["ecg_id"]
+            if len(ids) and (ids[0] <= last_id or np.any(np.diff(ids) <= 0)):
+                raise ExtractionError("Ray Data returned records out of manifest order; preserve_order was not honored")
+            if len(ids):
+                last_id = int(ids[-1])
+            ok, split, states = batch["ok"], batch["split"].astype(str), batch["states"]
+            for s in np.unique(split[ok]):
+                mask = ok & (split == s)
+                for j, layer in enumerate(todo):
+                    writers[layer].append(s, ids[mask], states[mask, j])
+            if not ok.all():
+                bad.append(pd.DataFrame({k: batch[k][~ok] for k in QUARANTINE_COLUMNS}))
+            devices.update(str(v) for v in np.unique(batch["device"]))
+            seen += len(ids)
+            now = time.perf_counter()
+            if progress and now - last_report > 30:
+                _say(f"[encode] {spec.name}: {seen}/{n_total} records, {seen / (now - t0):.1f} rec/s")
+                last_report = now
+        quarantine = pd.concat(bad, ignore_index=True) if bad else pd.DataFrame(columns=list(QUARANTINE_COLUMNS))
+        n_bad = quarantine["split"].astype(str).value_counts().to_dict()
+        first = writers[todo[0]]
+        for s, n in capacity.items():
+            if first.count[s] + n_bad.get(s, 0) != n:
+                raise ExtractionError(f"{spec.name}: split {s!r} got {first.count[s]} rows + {n_bad.get(s, 0)} "
+                                      f"quarantined of {n} manifest records; the stream ended early")
+        if len(quarantine):
+            store.add_quarantine(spec.name, quarantine)
+        dirs = [str(writers[layer].finalize()) for layer in todo]
+    finally:
+        for w in writers.values():
+            w.abort()
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+    seconds = time.perf_counter() - t0
+    n_ok = n_total - len(quarantine)
+    summary.update(records=n_ok, quarantined=len(quarantine), seconds=seconds, records_per_s=n_total / seconds,
+                   devices=sorted(devices), store_dirs=dirs,
+                   quarantine_reasons=quarantine["reason"].value_counts().to_dict() if len(quarantine) else {})
+    if progress:
+        _say(f"[encode] {spec.name}: {n_ok} records ({len(quarantine)} quarantined) x {len(todo)} layers in "
+             f"{seconds:.1f}s, {n_total / seconds:.1f} rec/s on {', '.join(sorted(devices))}")
+    return summary
+
+
+def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConfig, layers: list[int],
+              x_shape: tuple[int, ...], builder: Builder | None, cpu_threads: int | None, shared: list | None):
+    import ray
+
+    df = manifest.df.loc[:, list(MANIFEST_COLUMNS)]
+    n_blocks = max(1, math.ceil(len(df) / enc_cfg.batch_size))
+    if cpu_threads is None:
+        cpu_threads = max(1, (os.cpu_count() or 1) // enc_cfg.max_actors)
+    # one block per batch so loading runs in parallel tasks (list form: override_num_blocks trips on pandas 3)
+    step = math.ceil(len(df) / n_blocks)
+    ds = ray.data.from_pandas([df.iloc[i:i + step] for i in range(0, len(df), step)])
+    ds = ds.map_batches(load_batch, batch_size=enc_cfg.batch_size, batch_format="numpy", num_cpus=1,
+                        fn_kwargs={"root": manifest.root, "spec": spec, "builder": builder, "x_shape": x_shape})
+    return ds.map_batches(
+        EncoderActor,
+        fn_constructor_kwargs={"spec": spec, "layers": layers, "builder": builder, "cpu_threads": cpu_threads,
+                               "shared": shared},
+        compute=ray.data.ActorPoolStrategy(min_size=enc_cfg.min_actors, max_size=enc_cfg.max_actors),
+        num_gpus=enc_cfg.num_gpus or None, num_cpus=1, batch_size=enc_cfg.batch_size, batch_format="numpy",
+    )
+
+
+def _resolve_layers(n_layers: int, layers: Sequence[int] | None, depths: Sequence[float] | None,
+                    name: str) -> list[int]:
+    if layers is not None and depths is not None:
+        raise ValueError("pass layers or depths, not both")
+    if depths is not None:
+        layers = [layer_for_depth(q, n_layers) for q in depths]
+    out = sorted(set(range(n_layers) if layers is None else (int(la) for la in layers)))
+    bad = [la for la in out if not 0 <= la < n_layers]
+    if bad:
+        raise ValueError(f"layers {bad} out of range for {name} ({n_layers} audited states: 0..{n_layers - 1})")
+    return out
+
+
+def _probe_shape(encoder: ECGEncoder, row: pd.Series) -> tuple[int, ...]:
+    """The fixed native input shape, from a synthetic record at the manifest's rate and length."""
+    fs, n = float(row["fs"]), int(row["n_samples"])
+    t = np.arange(n) / fs
+    rng = np.random.default_rng(0)
+    signal = (0.5 * np.sin(2 * np.pi * 1.2 * t)[None] + 0.05 * rng.standard_normal((12, n))).astype(np.float32)
+    return tuple(np.asarray(encoder.preprocess(signal, fs)).shape)
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- reference
+
+def plain_loop_activations(manifest_path: str | os.PathLike, spec: EncoderSpec, layers: Sequence[int] | None = None,
+                           batch_size: int = 32, builder: Builder | None = None
+                           ) -> dict[int, dict[str, np.ndarray]]:
+    """Single-process reference: the same records (bad ones skipped), layers and order, no Ray."""
+    manifest = read_manifest_records(manifest_path)
+    encoder = (builder or build_encoder)(spec)
+    wanted = _resolve_layers(encoder.n_layers, layers, None, spec.name)
+    parts: dict[str, list[np.ndarray]] = {s: [] for s in split_sizes(manifest.df)}
+    xs: list[np.ndarray] = []
+    splits: list[str] = []
+
+    def flush() -> None:
+        if xs:
+            states = encode_states(encoder, np.stack(xs), wanted)
+            for s in set(splits):
+                parts[s].append(states[np.asarray(splits) == s])
+            xs.clear()
+            splits.clear()
+
+    for row in manifest.df.to_dict("records"):
+        try:
+            xs.append(native_input(manifest.root, row, encoder.preprocess, spec.name))
+        except RecordError:
+            continue
+        splits.append(row["split"])
+        if len(xs) == batch_size:
+            flush()
+    flush()
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for j, layer in enumerate(wanted):
+        out[layer] = {s: (np.concatenate([p[:, j] for p in ps]) if ps else np.zeros((0, encoder.d), np.float32))
+                      for s, ps in parts.items()}
+    return out

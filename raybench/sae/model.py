@@ -1,0 +1,220 @@
+"""Stacked BatchTopK SAEs (DESIGN.md section 6).
+
+S SAEs of the same shape (d, N, k) live in one module so one batched GEMM encodes all of them;
+each SAE is initialised from its own seed, so a stack equals S separately built SAEs.
+Decoder columns are stored row-wise (`W_dec_t` [S, N, d], contiguous) because every sparse kernel
+gathers or scatters whole columns; `W_dec` [S, d, N] is the protocol's view of the same memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from raybench.config import SAEProtocol
+
+
+@dataclass(frozen=True)
+class SAECellConfig:
+    """Everything one SAE's training depends on (one grid cell, one seed)."""
+
+    d: int
+    n_latents: int
+    k: int
+    seed: int
+    steps: int
+    batch_size: int
+    lr: float
+    beta1: float
+    beta2: float
+    aux_k: int
+    aux_coef: float
+    dead_after_batches: int
+    std_floor: float = 1e-6
+
+    @classmethod
+    def from_protocol(cls, sae: SAEProtocol, d: int, n_latents: int, k: int, seed: int) -> SAECellConfig:
+        return cls(d=d, n_latents=n_latents, k=k, seed=seed, steps=sae.steps, batch_size=sae.batch_size,
+                   lr=sae.lr, beta1=sae.beta1, beta2=sae.beta2, aux_k=sae.aux_k, aux_coef=sae.aux_coef,
+                   dead_after_batches=sae.dead_after_batches, std_floor=sae.std_floor)
+
+    def validate(self) -> SAECellConfig:
+        for name in ("d", "n_latents", "k", "steps", "batch_size", "aux_k", "dead_after_batches"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SAECellConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.k > self.n_latents:
+            raise ValueError(f"SAECellConfig.k={self.k} exceeds n_latents={self.n_latents}")
+        return self
+
+    @property
+    def shape_key(self) -> tuple[int, int, int]:
+        return (self.d, self.n_latents, self.k)
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """Per-dimension z-scoring with train-split statistics (std floored so constant dims stay finite)."""
+
+    mean: np.ndarray  # [d] float32
+    std: np.ndarray  # [d] float32
+
+    @classmethod
+    def fit(cls, x: np.ndarray, std_floor: float = 1e-6) -> Normalizer:
+        if x.ndim != 2 or x.shape[0] < 2:
+            raise ValueError(f"Normalizer.fit needs activations [n >= 2, d], got shape {x.shape}")
+        x64 = np.asarray(x, dtype=np.float64)
+        if not np.isfinite(x64).all():
+            raise ValueError("Normalizer.fit: activations contain NaN/inf; re-extract the layer")
+        mean = x64.mean(axis=0)
+        std = np.maximum(x64.std(axis=0), std_floor)
+        return cls(mean.astype(np.float32), std.astype(np.float32))
+
+    def apply(self, x: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        if isinstance(x, torch.Tensor):
+            mean = torch.as_tensor(self.mean, device=x.device)
+            std = torch.as_tensor(self.std, device=x.device)
+            return (x.float() - mean) / std
+        return ((np.asarray(x, dtype=np.float32) - self.mean) / self.std).astype(np.float32)
+
+
+@dataclass
+class SparseCodes:
+    """BatchTopK codes of a stacked batch: `values` [S, M] at flat positions `flat` [S, M] of [B, N]."""
+
+    values: torch.Tensor
+    flat: torch.Tensor
+    batch: int
+    n_latents: int
+
+    def to_dense(self) -> torch.Tensor:
+        s = self.values.shape[0]
+        z = self.values.new_zeros(s, self.batch * self.n_latents)
+        z.scatter_(1, self.flat, self.values)
+        return z.view(s, self.batch, self.n_latents)
+
+
+def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the B*k largest entries of each SAE's [B, N] slice of `p` [S, B, N].
+
+    Returns (values [S, M], flat indices [S, M]) with M = min(B*k, B*N). torch.topk over a single
+    6M-entry row runs on one thread, so unless `exact`, a threshold from a strided subsample first
+    narrows the candidates; when the threshold would keep fewer than M entries it falls back to the
+    plain top-k. Either way the kept set is the exact top M (ties aside).
+    """
+    s, b, n = p.shape
+    flat = p.reshape(s, b * n)
+    m = min(b * k, b * n)
+    if exact or flat.shape[1] < 8 * 65536 or m * 4 > flat.shape[1]:
+        return flat.topk(m, dim=1, sorted=False)
+    stride = flat.shape[1] // 65536
+    while math.gcd(stride, n) != 1:  # a stride sharing a factor with N would sample the same latents per row
+        stride += 1
+    sub = flat[:, ::stride]
+    r = min(sub.shape[1], int(m / flat.shape[1] * sub.shape[1] * 1.3) + 64)
+    thr = sub.topk(r, dim=1, sorted=False).values.amin(dim=1)
+    vals, idxs = [], []
+    for i in range(s):
+        if thr[i] <= 0:
+            v, j = flat[i].topk(m, sorted=False)
+        else:
+            cand = (flat[i] >= thr[i]).nonzero().squeeze(1)
+            if cand.numel() < m:
+                v, j = flat[i].topk(m, sorted=False)
+            else:
+                v, pos = flat[i].index_select(0, cand).topk(m, sorted=False)
+                j = cand.index_select(0, pos)
+        vals.append(v)
+        idxs.append(j)
+    return torch.stack(vals), torch.stack(idxs)
+
+
+class StackedBatchTopKSAE(nn.Module):
+    """S BatchTopK SAEs of one shape: W_enc [S,N,d], b_enc [S,N], W_dec [S,d,N] (unit columns), b_dec [S,d]."""
+
+    def __init__(self, n_saes: int, d: int, n_latents: int, k: int):
+        super().__init__()
+        if not 0 < k <= n_latents:
+            raise ValueError(f"k must satisfy 0 < k <= n_latents, got k={k}, N={n_latents}")
+        self.n_saes, self.d, self.n_latents, self.k = n_saes, d, n_latents, k
+        self.W_enc = nn.Parameter(torch.zeros(n_saes, n_latents, d))
+        self.b_enc = nn.Parameter(torch.zeros(n_saes, n_latents))
+        self.W_dec_t = nn.Parameter(torch.zeros(n_saes, n_latents, d))  # row j = decoder column j
+        self.b_dec = nn.Parameter(torch.zeros(n_saes, d))
+
+    @classmethod
+    def from_seeds(cls, seeds: list[int], d: int, n_latents: int, k: int) -> StackedBatchTopKSAE:
+        """Kaiming-uniform W_enc (torch Linear's a = sqrt 5), W_dec = W_enc^T with unit columns, zero biases."""
+        sae = cls(len(seeds), d, n_latents, k)
+        with torch.no_grad():
+            for i, seed in enumerate(seeds):
+                g = torch.Generator().manual_seed(int(seed))
+                w = torch.empty(n_latents, d)
+                nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=g)
+                sae.W_enc[i].copy_(w)
+                sae.W_dec_t[i].copy_(w / w.norm(dim=1, keepdim=True).clamp_min(1e-8))
+        return sae
+
+    @property
+    def W_dec(self) -> torch.Tensor:  # noqa: N802 - protocol name
+        return self.W_dec_t.transpose(1, 2)
+
+    def single(self, index: int) -> StackedBatchTopKSAE:
+        """A detached S=1 copy of SAE `index` (for evaluation and saving)."""
+        out = StackedBatchTopKSAE(1, self.d, self.n_latents, self.k)
+        with torch.no_grad():
+            for name in ("W_enc", "b_enc", "W_dec_t", "b_dec"):
+                getattr(out, name).copy_(getattr(self, name)[index:index + 1])
+        return out.to(self.W_enc.device)
+
+    @staticmethod
+    def stack(saes: list[StackedBatchTopKSAE]) -> StackedBatchTopKSAE:
+        first = saes[0]
+        out = StackedBatchTopKSAE(sum(s.n_saes for s in saes), first.d, first.n_latents, first.k)
+        with torch.no_grad():
+            for name in ("W_enc", "b_enc", "W_dec_t", "b_dec"):
+                getattr(out, name).copy_(torch.cat([getattr(s, name).detach().cpu() for s in saes]))
+        return out
+
+    def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        """P = ReLU((x - b_dec) W_enc^T + b_enc), x [S, B, d] normalized -> [S, B, N]."""
+        xc = x - self.b_dec.unsqueeze(1)
+        return torch.relu(torch.baddbmm(self.b_enc.unsqueeze(1), xc, self.W_enc.transpose(1, 2)))
+
+    def encode(self, x: torch.Tensor, sparse: bool = True) -> tuple[SparseCodes | torch.Tensor, torch.Tensor]:
+        """BatchTopK codes of x [S, B, d]: sparse (values [S, B*k], flat indices) or dense [S, B, N]; plus P."""
+        p = self.pre_activations(x)
+        vals, flat = batch_topk(p, self.k)
+        codes = SparseCodes(vals, flat, x.shape[1], self.n_latents)
+        return (codes if sparse else codes.to_dense()), p
+
+    def decode(self, codes: SparseCodes | torch.Tensor) -> torch.Tensor:
+        """x_hat = Z W_dec^T + b_dec -> [S, B, d]."""
+        if isinstance(codes, torch.Tensor):
+            return torch.bmm(codes, self.W_dec_t) + self.b_dec.unsqueeze(1)
+        out = []
+        for i in range(self.n_saes):
+            out.append(sparse_decode(codes.values[i], codes.flat[i], codes.batch, self.n_latents, self.W_dec_t[i]))
+        return torch.stack(out) + self.b_dec.unsqueeze(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        codes, _ = self.encode(x)
+        return self.decode(codes)
+
+    @torch.no_grad()
+    def normalize_decoder_(self) -> None:
+        self.W_dec_t.div_(self.W_dec_t.norm(dim=2, keepdim=True).clamp_min(1e-8))
+
+
+def sparse_decode(values: torch.Tensor, flat: torch.Tensor, batch: int, n_latents: int,
+                  w_rows: torch.Tensor) -> torch.Tensor:
+    """sum_j z[b, j] w_rows[j] for codes given as (values, flat b*N+j): one embedding_bag, no dense [B, N]."""
+    order = torch.argsort(flat)
+    flat_s = flat.index_select(0, order)
+    rows = torch.div(flat_s, n_latents, rounding_mode="floor")
+    offsets = torch.searchsorted(rows, torch.arange(batch, device=flat.device))
+    return nn.functional.embedding_bag(flat_s - rows * n_latents, w_rows, offsets, mode="sum",
+                                       per_sample_weights=values.index_select(0, order))

@@ -1,0 +1,326 @@
+"""Ray Data extraction vs the plain loop; GPU request fallback; resume without rework; quarantine."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import ray.cloudpickle
+import torch
+from torch import nn
+
+from raybench.config import MODELS, EncoderConfig
+from raybench.encoders.base import ECGEncoder, EncoderSpec, freeze, register_encoder
+from raybench.encoders.extract import (
+    ExtractionError,
+    extract_activations,
+    plain_loop_activations,
+    read_manifest_records,
+)
+from raybench.encoders.store import ActivationStore
+
+# Ray workers cannot import this test module: ship its encoder classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+LEADS12 = ["I", "II", "III", "AVR", "AVL", "AVF", "V1", "V2", "V3", "V4", "V5", "V6"]
+
+
+class TinyConvEncoder(ECGEncoder):
+    """Conv + mean-pool stack: 4 audited states of width 16; native input = per-lead z-scored 1000 samples."""
+
+    name = "tiny_conv"
+    n_layers = 4
+    d = 16
+
+    def __init__(self, fail_flag: str | None = None):
+        super().__init__()
+        self.inp = nn.Conv1d(12, self.d, kernel_size=7, padding=3)
+        self.blocks = nn.ModuleList(nn.Conv1d(self.d, self.d, kernel_size=5, padding=2) for _ in range(3))
+        self.fail_flag = fail_flag
+        self.calls = 0
+
+    def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
+        x = signal[:, :1000]
+        x = (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, keepdims=True) + 1e-6)
+        return x.astype(np.float32)
+
+    def layer_states(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.fail_flag and os.path.exists(self.fail_flag) and self.calls >= 2:
+            raise RuntimeError("simulated crash mid-stream")
+        h = torch.relu(self.inp(x))
+        states = [h.mean(-1)]
+        for block in self.blocks:
+            h = torch.relu(block(h)) + h
+            states.append(h.mean(-1))
+        return torch.stack(states)
+
+
+@register_encoder("tiny_conv")
+def build_tiny(spec: EncoderSpec, fail_flag: str | None = None) -> ECGEncoder:
+    torch.manual_seed(spec.init_seed)
+    model = TinyConvEncoder(fail_flag)
+    model.profile = spec.profile
+    return freeze(model)
+
+
+def write_cohort(root: Path, n: int = 24, fs: int = 100, n_samples: int = 1000, bad: bool = True,
+                 seed: int = 0) -> Path:
+    """WFDB records + a manifest parquet (with root/hash metadata) under `root`; returns the manifest path."""
+    rng = np.random.default_rng(seed)
+    rec_dir = root / "data" / "records"
+    rec_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    t = np.arange(n_samples) / fs
+    splits = ["train", "val", "test"]
+    for i in range(n):
+        ecg_id = 10 + 3 * i  # gaps on purpose: ids are not row numbers
+        name = f"{ecg_id:05d}"
+        sig = (np.sin(2 * np.pi * rng.uniform(0.8, 2.0) * t)[:, None] * rng.uniform(0.2, 1.5, 12)
+               + 0.05 * rng.standard_normal((n_samples, 12)))
+        length = n_samples
+        if bad and i == 5:
+            sig[100:200, 3] = np.nan  # NaN lead
+        if bad and i == 9:
+            length = n_samples - 100  # truncated record
+            sig = sig[:length]
+        if not (bad and i == 14):  # i == 14: missing files
+            wfdb_write(rec_dir, name, fs, sig)
+        rows.append({"ecg_id": ecg_id, "patient_id": str(100 + i // 2), "split": splits[(i * 7) % 3],
+                     "site": 0, "device": "dev", "path": f"records/{name}", "fs": fs, "n_samples": n_samples,
+                     "hr": float(i)})
+    return write_manifest(root / "manifest.parquet", pd.DataFrame(rows), root / "data")
+
+
+def wfdb_write(folder: Path, name: str, fs: int, sig: np.ndarray) -> None:
+    import wfdb
+
+    wfdb.wrsamp(name, fs=fs, units=["mV"] * 12, sig_name=LEADS12, p_signal=sig, fmt=["16"] * 12,
+                adc_gain=[1000.0] * 12, baseline=[0] * 12, write_dir=str(folder))
+
+
+def write_manifest(path: Path, df: pd.DataFrame, root: Path) -> Path:
+    from raybench.cohorts.manifest import write_manifest as write
+
+    write(path, df, root.resolve(), [], "none")
+    return path
+
+
+CFG = EncoderConfig(size="demo", batch_size=4)
+SPEC = EncoderSpec("tiny_conv")
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    return write_cohort(tmp_path_factory.mktemp("cohort"))
+
+
+def _assert_matches_plain(run: Path, manifest: Path, spec: EncoderSpec, builder=None, layers=None, atol=1e-6):
+    store = ActivationStore.for_run(run)
+    ref = plain_loop_activations(manifest, spec, layers=layers, builder=builder)
+    for layer, by_split in ref.items():
+        for split, want in by_split.items():
+            got = store.load(spec.name, layer, split)
+            assert got.shape == want.shape, (layer, split)
+            np.testing.assert_allclose(got, want, atol=atol, rtol=0)
+    return ref
+
+
+def test_ray_matches_plain_loop_in_manifest_order_and_quarantines(ray_cluster, cohort, tmp_path):
+    summary = extract_activations(cohort, tmp_path, SPEC, CFG, builder=build_tiny, progress=False)
+    assert summary["layers"] == [0, 1, 2, 3] and summary["skipped_layers"] == []
+    assert summary["quarantined"] == 3 and summary["records"] == 21
+    assert summary["quarantine_reasons"] == {"nan_lead": 1, "length_mismatch": 1, "missing_header": 1}
+    _assert_matches_plain(tmp_path, cohort, SPEC, builder=build_tiny)
+
+    manifest = read_manifest_records(cohort).df
+    bad_ids = set(manifest["ecg_id"].iloc[[5, 9, 14]])
+    store = ActivationStore.for_run(tmp_path)
+    for split, part in manifest.groupby("split"):
+        want = [i for i in part["ecg_id"] if i not in bad_ids]
+        for layer in range(4):
+            assert store.ecg_ids("tiny_conv", layer, split).tolist() == want  # manifest order, bad excluded
+    idx = store.index("tiny_conv", 2)
+    assert idx["manifest_hash"] == read_manifest_records(cohort).manifest_hash
+    assert idx["fingerprint"] == build_tiny(SPEC).fingerprint()
+    assert idx["input_shape"] == [12, 1000] and idx["n_layers"] == 4 and idx["d"] == 16
+
+    q = pd.read_csv(store.quarantine_path("tiny_conv"))
+    assert q["ecg_id"].tolist() == sorted(bad_ids)
+    assert set(q["reason"]) == {"nan_lead", "length_mismatch", "missing_header"}
+    assert q["detail"].str.len().min() > 10 and q["path"].str.startswith("records/").all()
+
+    # the plain loop agrees with a hand-run of the encoder on one record
+    first = manifest.iloc[0]
+    from raybench.cohorts.waveforms import read_record
+
+    enc = build_tiny(SPEC)
+    x = enc.preprocess(read_record(cohort.parent / "data", first["path"]).signal, 100)
+    want = enc.layer_states(torch.from_numpy(x)[None])[:, 0].numpy()
+    row = store.ecg_ids("tiny_conv", 0, first["split"]).tolist().index(first["ecg_id"])
+    np.testing.assert_allclose([store.load("tiny_conv", la, first["split"])[row] for la in range(4)], want,
+                               atol=1e-6)
+
+
+def test_gpu_request_rerun_skips_complete_stores_crash_leaves_no_partial_store(ray_cluster, tmp_path):
+    """A fractional GPU request schedules on the logical GPU and falls back to CPU (loading then runs in separate
+    CPU tasks: the operators do not fuse). Complete stores are never redone; a crash mid-stream leaves no
+    store that looks complete; a rerun finishes the rest."""
+    gpu_cfg = EncoderConfig(size="demo", batch_size=4, num_gpus=0.25)
+    manifest = write_cohort(tmp_path / "c", n=16, bad=False)
+    run = tmp_path / "run"
+    store = ActivationStore.for_run(run)
+    flag = tmp_path / "fail-now"
+    failing = functools.partial(build_tiny, fail_flag=str(flag))  # same weights, crashes while the flag exists
+
+    first = extract_activations(manifest, run, SPEC, gpu_cfg, depths=[0.0, 1.0], builder=failing, progress=False)
+    assert first["layers"] == [0, 3] and first["devices"] == ["cpu (gpu 0 assigned)"]
+    mtimes = {la: [p.stat().st_mtime_ns for p in sorted(store.layer_dir("tiny_conv", la).iterdir())]
+              for la in (0, 3)}
+    again = extract_activations(manifest, run, SPEC, gpu_cfg, depths=[0.0, 1.0], builder=failing, progress=False)
+    assert again["layers"] == [] and again["skipped_layers"] == [0, 3] and again["records"] == 0
+
+    flag.touch()
+    with pytest.raises(Exception, match="simulated crash mid-stream"):
+        extract_activations(manifest, run, SPEC, gpu_cfg, builder=failing, progress=False)
+    fp = build_tiny(SPEC).fingerprint()
+    mhash = read_manifest_records(manifest).manifest_hash
+    assert [store.is_complete("tiny_conv", la, mhash, fp) for la in range(4)] == [True, False, False, True]
+    assert not store.layer_dir("tiny_conv", 1).exists() and not store.layer_dir("tiny_conv", 2).exists()
+    assert not list(store.model_dir("tiny_conv").glob(".*"))  # the failed writers removed their temp folders
+
+    flag.unlink()
+    resumed = extract_activations(manifest, run, SPEC, gpu_cfg, builder=failing, progress=False)
+    assert resumed["layers"] == [1, 2] and resumed["skipped_layers"] == [0, 3]
+    assert {la: [p.stat().st_mtime_ns for p in sorted(store.layer_dir("tiny_conv", la).iterdir())]
+            for la in (0, 3)} == mtimes
+    _assert_matches_plain(run, manifest, SPEC, builder=build_tiny)
+    # new weights -> new fingerprint: the stores no longer count as complete
+    assert not store.is_complete("tiny_conv", 0, mhash, build_tiny(EncoderSpec("tiny_conv", init_seed=1))
+                                 .fingerprint())
+
+
+def test_manifest_errors(tmp_path):
+    df = pd.DataFrame({"ecg_id": [3, 2], "patient_id": ["a", "b"], "split": ["train", "val"], "path": ["x", "y"],
+                       "fs": [100, 100], "n_samples": [1000, 1000]})
+    bad_order = write_manifest(tmp_path / "m.parquet", df, tmp_path)
+    with pytest.raises(ExtractionError, match="unique and ascending"):
+        read_manifest_records(bad_order)
+    df.to_parquet(tmp_path / "nometa.parquet")
+    with pytest.raises(ExtractionError, match="lacks raybench metadata"):
+        read_manifest_records(tmp_path / "nometa.parquet")
+    with pytest.raises(ExtractionError, match="raybench manifest"):
+        read_manifest_records(tmp_path / "absent.parquet")
+    tampered = pq.read_table(bad_order)
+    pq.write_table(tampered.set_column(0, "ecg_id", pa.array([2, 3])), tmp_path / "edited.parquet")
+    with pytest.raises(ExtractionError, match="does not match its stored hash"):
+        read_manifest_records(tmp_path / "edited.parquet")
+
+
+def test_layer_selection_errors(cohort, tmp_path):
+    with pytest.raises(ValueError, match="out of range"):
+        extract_activations(cohort, tmp_path, SPEC, CFG, layers=[4], builder=build_tiny, progress=False)
+    with pytest.raises(ValueError, match="not both"):
+        extract_activations(cohort, tmp_path, SPEC, CFG, layers=[0], depths=[0.5], builder=build_tiny)
+
+
+def _registered(name: str) -> bool:
+    try:
+        from raybench.encoders.base import available_encoders
+
+        return name in available_encoders()
+    except ImportError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def cohort500(tmp_path_factory):
+    return write_cohort(tmp_path_factory.mktemp("cohort500"), n=6, fs=500, n_samples=5000, bad=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_demo_encoders_ray_matches_plain(ray_cluster, cohort500, tmp_path, model):
+    if not _registered(model):
+        pytest.skip(f"encoder {model!r} not registered yet")
+    spec = EncoderSpec(model, size="demo")
+    summary = extract_activations(cohort500, tmp_path, spec, EncoderConfig(size="demo", batch_size=4),
+                                  progress=False)
+    assert summary["records"] == 6 and summary["quarantined"] == 0
+    ref = _assert_matches_plain(tmp_path, cohort500, spec, atol=1e-5)
+    assert len(ref) == summary["n_layers"]
+
+
+@pytest.fixture(scope="module")
+def ptbxl_manifest(ptbxl_sample, tmp_path_factory):
+    """A manifest over the 100 real records (500 Hz), splits by ecg_id (the split rule is not under test)."""
+    meta = pd.read_csv(ptbxl_sample / "ptbxl_database.csv")
+    df = pd.DataFrame({"ecg_id": meta["ecg_id"].astype("int64"), "patient_id": meta["patient_id"].astype(str),
+                       "split": np.array(["train", "val", "test"])[meta["ecg_id"] % 3], "site": meta["site"],
+                       "device": meta["device"], "path": meta["filename_hr"], "fs": 500, "n_samples": 5000})
+    return write_manifest(tmp_path_factory.mktemp("ptbxl") / "manifest.parquet", df.sort_values("ecg_id"),
+                          ptbxl_sample)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_full_size_encoder_on_ptbxl_sample(ray_cluster, ptbxl_manifest, tmp_path, model):
+    """Published architecture (random init) over 100 real records: every record stored, finite, 768-d."""
+    if not _registered(model):
+        pytest.skip(f"encoder {model!r} not registered yet")
+    summary = extract_activations(ptbxl_manifest, tmp_path, EncoderSpec(model, size="full"),
+                                  EncoderConfig(size="full", batch_size=8), depths=[0.0, 1.0], progress=False)
+    assert summary["records"] + summary["quarantined"] == 100
+    assert summary["quarantined"] == 0, summary["quarantine_reasons"]
+    store = ActivationStore.for_run(tmp_path)
+    ids = read_manifest_records(ptbxl_manifest).df.groupby("split")["ecg_id"].apply(list).to_dict()
+    for layer in summary["layers"]:
+        idx = store.index(model, layer)
+        assert idx["d"] == 768 and idx["splits"] == {s: len(v) for s, v in ids.items()}
+        for split in ids:
+            arr = store.load(model, layer, split)
+            assert store.ecg_ids(model, layer, split).tolist() == ids[split]
+            assert np.isfinite(arr).all() and arr.std() > 0
+
+
+def test_encode_cli_errors(tmp_path):
+    from click.testing import CliRunner
+
+    from raybench.cli import main
+
+    res = CliRunner().invoke(main, ["encode", "--run-dir", str(tmp_path)])
+    assert res.exit_code != 0 and "no manifest at" in res.output and "raybench manifest" in res.output
+    res = CliRunner().invoke(main, ["encode", "--run-dir", "s3://bucket/run"])
+    assert res.exit_code != 0 and "local" in res.output
+    res = CliRunner().invoke(main, ["encode", "--run-dir", str(tmp_path), "--batch-size", "0"])
+    assert res.exit_code != 0 and "batch_size" in res.output
+
+
+@pytest.mark.slow
+def test_encode_cli_end_to_end(ray_cluster, tmp_path):
+    from click.testing import CliRunner
+
+    from raybench.cli import main
+
+    if not _registered("st_mem"):
+        pytest.skip("st_mem not registered yet")
+    run = tmp_path / "run"
+    write_cohort(run / "manifest", n=6, fs=500, n_samples=5000, bad=False)
+    args = ["encode", "--run-dir", str(run), "--models", "st_mem", "--size", "demo", "--batch-size", "4", "--quiet"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    store = ActivationStore.for_run(run)
+    layers = sorted(int(p.name.split("_")[1]) for p in store.model_dir("st_mem").glob("layer_*"))
+    n_layers = store.index("st_mem", layers[0])["n_layers"]
+    from raybench.config import layer_for_depth
+
+    assert layers == sorted({layer_for_depth(q, n_layers) for q in (0.0, 0.25, 0.5, 0.75, 1.0)})
+    res = CliRunner().invoke(main, args[:-1])
+    assert res.exit_code == 0 and "layers written []" in res.output, res.output
