@@ -158,14 +158,16 @@ def _analyze_run(cfg: RunConfig, remote: str | None = None) -> str:
     from raybench.analysis.audit import release_audit
     from raybench.analysis.figures import make_figures
     from raybench.analysis.report import render_report
+    from raybench.analysis.secondary import run_secondary
     from raybench.analysis.tables import analyze_run
 
     layout = RunLayout.at(cfg.run_dir)
     tables = analyze_run(layout.root, cfg.protocol, cohort_kind=cfg.cohort.kind)
+    secondary = run_secondary(layout.root, cfg.protocol, cfg)
     figures = make_figures(layout.root)
     audit = release_audit(layout.root, cfg.protocol)
     render_report(layout.root)
-    return f"{len(tables)} tables, {len(figures)} figures; audit: {audit.summary}"
+    return f"{len(tables) + len(secondary)} tables, {len(figures)} figures; audit: {audit.summary}"
 
 
 STAGES = [

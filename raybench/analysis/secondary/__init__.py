@@ -1,0 +1,141 @@
+"""Secondary analyses of the paper's appendices (DESIGN.md section 9), run on a finished grid:
+
+- calibration ladder at E = protocol.eval.calibration_expansion (`calibration.py`),
+- input-harmonization audit at the final layer (`harmonization.py`),
+- matched-effect intervention selectivity at the final layer (`intervention.py`),
+
+driven by `run.run_secondary(root, protocol, cfg)`. Tables go to tables/{calibration,harmonization,
+intervention}*.parquet (+ .csv) and figures to figures/ with the same prefixes, so the report picks them up.
+This module holds what the three share: their settings and the run-folder look-ups.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from raybench.config import Protocol
+
+log = logging.getLogger(__name__)
+
+ANALYSES = ("calibration", "harmonization", "intervention")
+
+
+@dataclass(frozen=True)
+class SecondaryConfig:
+    """Settings of the secondary analyses that raybench.config does not hold (protocol defaults).
+
+    None for draws / seeds means "take protocol.inference's" so the secondary bootstraps reuse the run's
+    patient draws.
+    """
+
+    analyses: tuple[str, ...] = ANALYSES
+    # calibration ladder
+    ridge_alpha: float = 10.0
+    top_m: tuple[int, ...] = (16, 4)
+    random_dictionaries: int = 20
+    random_seed: int = 910000
+    # input harmonization
+    harmonization_protocols: tuple[str, ...] = ("native", "lead", "temporal", "joint")
+    canonical_samples: int = 2500  # the whole record on 2,500 points (10 s -> 250 Hz)
+    harmonization_batch: int = 64
+    harmonization_train_records: int | None = None  # None: the whole train selection subset (4,096 in the paper)
+    harmonization_test_patients: int | None = None  # None: every test patient
+    harmonization_subset_seed: int = 20240615
+    # intervention
+    readout_alphas: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0)
+    intervention_k: int = 5
+    high_quantile: float = 0.75
+    effect_cap: float = 0.25
+    effect_floor: float = 0.05
+    max_dose: float = 1.0
+    candidate_subsets: int = 20
+    subset_seed: int = 960000
+    # inference
+    bootstrap_draws: int | None = None  # None: protocol.inference.patient_draws
+    bootstrap_seed: int | None = None  # None: protocol.inference.seed
+
+    def validate(self) -> SecondaryConfig:
+        unknown = [a for a in self.analyses if a not in ANALYSES]
+        if unknown:
+            raise ValueError(f"unknown secondary analyses {unknown}; choose from {ANALYSES}")
+        bad = [p for p in self.harmonization_protocols if p not in ("native", "lead", "temporal", "joint")]
+        if bad or "native" not in self.harmonization_protocols:
+            raise ValueError(f"harmonization_protocols must include native and only use native/lead/temporal/joint, "
+                             f"got {list(self.harmonization_protocols)}")
+        if self.ridge_alpha <= 0 or any(a <= 0 for a in self.readout_alphas):
+            raise ValueError("ridge alphas must be > 0")
+        if self.random_dictionaries < 1 or self.candidate_subsets < 1 or self.intervention_k < 1:
+            raise ValueError("random_dictionaries, candidate_subsets and intervention_k must be >= 1")
+        if not 0 < self.effect_floor <= self.effect_cap or self.max_dose <= 0:
+            raise ValueError("need 0 < effect_floor <= effect_cap and max_dose > 0")
+        for name in ("harmonization_train_records", "harmonization_test_patients"):
+            if getattr(self, name) is not None and getattr(self, name) < 2:
+                raise ValueError(f"{name} must be None or >= 2, got {getattr(self, name)}")
+        if self.bootstrap_draws is not None and self.bootstrap_draws < 1:
+            raise ValueError("bootstrap_draws must be >= 1")
+        return self
+
+    @classmethod
+    def demo(cls) -> SecondaryConfig:
+        """Laptop-sized: re-encoding is the only costly part, so only its record counts shrink."""
+        return cls(harmonization_train_records=96, harmonization_test_patients=32)
+
+    def draws(self, protocol: Protocol) -> int:
+        return self.bootstrap_draws or protocol.inference.patient_draws
+
+    def seed(self, protocol: Protocol) -> int:
+        return protocol.inference.seed if self.bootstrap_seed is None else self.bootstrap_seed
+
+
+_FAMILY_WORDS = (("rr", "RATE_RHYTHM"), ("hr_", "RATE_RHYTHM"), ("st_", "ST_T"), ("t_amp", "ST_T"),
+                 ("_ms", "INTERVAL"), ("interval", "INTERVAL"), ("duration", "INTERVAL"), ("axis", "AXIS"),
+                 ("amp", "AMPLITUDE"))
+
+
+def concept_families(names: tuple[str, ...] | list[str]) -> list[str]:
+    """Family of each concept: the 49-concept panel's, else a keyword guess (waveform-derived concepts)."""
+    from raybench.cohorts.panel import family_of
+
+    out = []
+    for name in names:
+        try:
+            out.append(family_of(name))
+        except KeyError:
+            low = name.lower()
+            out.append(next((fam for word, fam in _FAMILY_WORDS if word in low), name))
+    return out
+
+
+def calibration_cells(root: str | Path, protocol: Protocol, expansion: int | None = None) -> pd.DataFrame:
+    """Primary-arm cells at the calibration expansion with status ok (model, q, layer, n_layers, seed, cell_dir)."""
+    from raybench.paths import RunLayout
+
+    layout = RunLayout.at(root)
+    if not layout.cells_table.exists():
+        raise FileNotFoundError(f"{layout.cells_table} not found: run the grid (raybench grid / train) first")
+    e = protocol.eval.calibration_expansion if expansion is None else expansion
+    cells = pd.read_parquet(layout.cells_table)
+    keep = (cells["arm"] == "primary") & (cells["expansion"] == e) & (cells["status"] == "ok")
+    keep &= cells["model"].isin(protocol.grid.models)
+    out = cells.loc[keep, ["model", "q", "layer", "n_layers", "seed", "n_latents", "k", "cell_dir"]].copy()
+    out["cell_dir"] = [str(layout.root / p) for p in out["cell_dir"]]
+    return out.sort_values(["model", "q", "seed"], kind="stable").reset_index(drop=True)
+
+
+def save_figure(fig, figures_dir: Path, stem: str) -> list[Path]:
+    """PNG + SVG through the run figures' deterministic writer (fixed SVG salt, no dates)."""
+    from raybench.analysis.figures import save_figure as _save
+
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    return _save(fig, figures_dir, stem)
+
+
+def run_secondary(root, protocol, cfg, scfg: SecondaryConfig | None = None):  # noqa: ANN001, ANN201
+    """See raybench.analysis.secondary.run.run_secondary (imported lazily: Ray and torch load on call)."""
+    from raybench.analysis.secondary.run import run_secondary as _run
+
+    return _run(root, protocol, cfg, scfg)

@@ -1,0 +1,191 @@
+"""The secondary analyses end to end on a tiny real run folder, and the ladder's order on planted data."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from raybench.analysis.secondary import SecondaryConfig
+from raybench.config import GridProtocol, SAEProtocol, demo_run
+from raybench.paths import RunLayout
+
+MODELS = ("ecg_fm", "ecg_jepa")
+SCFG = SecondaryConfig(random_dictionaries=5, bootstrap_draws=200, candidate_subsets=3,
+                       harmonization_train_records=48, harmonization_batch=32)
+
+
+def _config(root: Path):
+    cfg = demo_run(str(root))
+    grid = GridProtocol(models=MODELS, depths=(0.5, 1.0), expansions=(8,), seeds=(4311, 4312),
+                        sensitivity_depth=None)
+    sae = SAEProtocol(steps=60, batch_size=32, aux_k=32, checkpoint_every=1000)
+    return dataclasses.replace(cfg, protocol=dataclasses.replace(cfg.protocol, grid=grid, sae=sae))
+
+
+def _build_run(root: Path):
+    """Synthetic cohort -> manifest -> 2 demo encoders -> E = 8 cells (few steps) -> cells table."""
+    import torch
+
+    from raybench.cohorts.ptbxl import build_synth_manifest
+    from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.encoders.base import EncoderSpec
+    from raybench.encoders.extract import extract_activations
+    from raybench.io import write_table
+    from raybench.sae.cellio import save_cell
+    from raybench.sae.cells import build_cells, group_stacks
+    from raybench.sae.data import load_cell_data
+    from raybench.sae.evaluate import evaluate_cell
+    from raybench.sae.grid import collect_cells_table, model_dims_from_store
+    from raybench.sae.model import SAECellConfig
+    from raybench.sae.train import train_stack
+
+    torch.set_num_threads(1)  # tiny models: one thread is fastest, and the machine is shared
+    cfg = _config(root)
+    layout = RunLayout.at(root)
+    cohort = generate_synth_cohort(layout.cohort_dir, 150, 60, 11)
+    build_synth_manifest(cohort, layout.manifest_dir, num_cpus=1)
+    for model in MODELS:
+        spec = EncoderSpec(name=model, size="demo")
+        extract_activations(layout.manifest, root, spec, cfg.encoders, depths=cfg.protocol.grid.depths, progress=False,
+                            cpu_threads=1)
+    protocol = cfg.protocol
+    cells = build_cells(protocol, model_dims_from_store(root, MODELS))
+    for stack in group_stacks(cells).values():
+        c0 = stack[0]
+        data = load_cell_data(root, c0.model, c0.layer, protocol.eval)
+        cfgs = [SAECellConfig.from_protocol(protocol.sae, c.d, c.n_latents, c.k, c.seed) for c in stack]
+        res = train_stack(data.acts["train"], cfgs)
+        for i, c in enumerate(stack):
+            ev = evaluate_cell(res.sae, res.normalizer, data.acts, data.concepts, data.test_patient_codes,
+                               data.selection_idx, protocol.eval, index=i, n_patients=len(data.test_patients))
+            save_cell(layout.cell_dir(c.cell_id), res.sae.single(i), {**asdict(cfgs[i]), **c.to_dict()}, ev,
+                      normalizer=res.normalizer)
+    write_table(layout.cells_table, collect_cells_table(cfg, cells, {}))
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, ray_cluster):
+    from raybench.analysis.secondary.run import run_secondary
+
+    root = tmp_path_factory.mktemp("secondary_run")
+    cfg = _build_run(root)
+    tables = run_secondary(root, cfg.protocol, cfg, SCFG, strict=True)
+    return root, cfg, tables
+
+
+@pytest.mark.slow
+def test_three_analyses_write_tables_and_figures(tiny_run):
+    root, cfg, tables = tiny_run
+    layout = RunLayout.at(root)
+    for name in ("calibration", "calibration_depth", "calibration_paired", "calibration_margin",
+                 "calibration_concepts", "harmonization", "harmonization_contrasts", "harmonization_rank",
+                 "harmonization_concepts", "intervention", "intervention_contrasts", "intervention_concepts",
+                 "intervention_designs"):
+        assert name in tables, name
+        assert (layout.tables_dir / f"{name}.parquet").exists() and (layout.tables_dir / f"{name}.csv").exists()
+        pd.testing.assert_frame_equal(pd.read_parquet(layout.tables_dir / f"{name}.parquet"), tables[name])
+    for stem in ("calibration_ladder", "harmonization_final_layer", "intervention_selectivity"):
+        for ext in ("png", "svg"):
+            assert (layout.figures_dir / f"{stem}.{ext}").stat().st_size > 1000
+
+    cal = tables["calibration"]
+    assert set(cal["model"]) == set(MODELS)
+    assert set(cal["method"]) == {"dense_ridge", "sae_ridge", "sae_top16", "sae_top4", "dense_single", "sae_single",
+                                  "random_single"}
+    assert cal["accessibility"].between(0, 1).all() and cal["coverage"].between(0, 1).all()
+    assert (cal.loc[cal["method"] == "random_single", "n_units"] == SCFG.random_dictionaries).all()
+    assert (cal.loc[cal["method"] == "sae_single", "n_units"] == 2).all()
+    concepts = tables["calibration_concepts"]
+    assert len(concepts) == 2 * 2 * (2 + 2 * 4 + SCFG.random_dictionaries) * concepts["concept"].nunique()
+
+    harm = tables["harmonization"]
+    assert set(harm["protocol"]) == {"native", "lead", "temporal", "joint"}
+    native = harm[harm["protocol"] == "native"]
+    assert np.allclose(native["cka_to_native"], 1.0)
+    assert harm["cka_to_native"].between(0, 1 + 1e-9).all()
+    con = tables["harmonization_contrasts"]
+    assert len(con) == 2 * 3 * 2 and con["q_value_bh"].between(0, 1).all()
+    assert (con["q_value_bh"] >= con["p_value"]).all()
+    assert set(tables["harmonization_rank"]["protocol"]) == {"lead", "temporal", "joint"}
+    # ECG-JEPA reads only I, II, V1-V6: rebuilding the other limb leads cannot change its input
+    jepa = harm[harm["model"] == "ecg_jepa"].set_index("protocol")
+    assert jepa.at["lead", "cka_to_native"] == pytest.approx(1.0, abs=1e-6)
+
+    inter = tables["intervention"]
+    assert set(inter["method"]) == {"dense", "sae"} and (inter["concepts_total"] == len(cfg_concepts(root))).all()
+    assert (inter["concepts_eligible"] <= inter["concepts_total"]).all()
+    designs = tables["intervention_designs"]
+    assert len(designs) == 2 * 2 * SCFG.candidate_subsets * len(cfg_concepts(root))
+    assert set(designs["status"]) <= {"eligible", "below_effect_floor", "nonpositive_validation_effect"}
+    ok = designs[designs["status"] == "eligible"]
+    assert (ok["common_effect"] <= SCFG.effect_cap + 1e-12).all()
+    assert (ok[["dense_dose", "sae_dose"]].to_numpy() <= 1 + 1e-9).all()
+
+
+def cfg_concepts(root: Path) -> tuple[str, ...]:
+    from raybench.cohorts.manifest import load_manifest
+
+    return load_manifest(RunLayout.at(root).manifest)[1].concepts
+
+
+@pytest.mark.slow
+def test_rerun_is_byte_identical_and_uses_the_cache(tiny_run):
+    from raybench.analysis.secondary.run import run_secondary
+
+    root, cfg, _ = tiny_run
+    layout = RunLayout.at(root)
+    before = {p.name: p.read_bytes() for p in sorted(layout.figures_dir.glob("*")) if p.name.startswith(
+        ("calibration", "harmonization", "intervention"))}
+    tables_before = {p.name: p.read_bytes() for p in sorted(layout.tables_dir.glob("*.csv"))}
+    cache = sorted((layout.root / "secondary" / "harmonization").glob("*.npz"))
+    assert [p.stem for p in cache] == sorted(MODELS)
+    stamps = [p.stat().st_mtime_ns for p in cache]
+    run_secondary(root, cfg.protocol, cfg, SCFG, strict=True)
+    after = {p.name: p.read_bytes() for p in sorted(layout.figures_dir.glob("*")) if p.name in before}
+    assert after == before
+    assert {p.name: p.read_bytes() for p in sorted(layout.tables_dir.glob("*.csv"))} == tables_before
+    assert [p.stat().st_mtime_ns for p in cache] == stamps
+
+
+# ---------------------------------------------------------------- the ladder's order on planted data
+
+def test_ladder_order_on_planted_sparse_activations():
+    """x is a sparse non-negative mix of 24 orthonormal atoms (d = 32, ~4 active) and an SAE with k = 2 codes
+    it lossily; concepts 0-3 are single atoms, 4-7 dense mixtures of all atoms (both linear in x). Dense ridge
+    must lead, the ridge ladder must shrink with the code it reads, and learned coordinates beat random ones."""
+    import torch
+
+    from raybench.analysis.secondary.calibration import ladder
+    from raybench.sae.model import SAECellConfig
+    from raybench.sae.train import train_stack
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    d, m, n, ntr = 32, 24, 2000, 1400
+    atoms = np.linalg.qr(rng.normal(size=(d, d)))[0][:m]
+    s = (rng.random((n, m)) < 4 / m) * rng.exponential(1.0, size=(n, m))
+    x = (s @ atoms + 0.02 * rng.normal(size=(n, d))).astype(np.float32)
+    y = np.concatenate([s[:, :4], s @ rng.normal(size=(m, 4))], axis=1) + 0.1 * rng.normal(size=(n, 8))
+    y = ((y - y[:ntr].mean(0)) / y[:ntr].std(0)).astype(np.float32)
+    acts, concepts = {"train": x[:ntr], "test": x[ntr:]}, {"train": y[:ntr], "test": y[ntr:]}
+    cfgs = [SAECellConfig(d=d, n_latents=8 * d, k=2, seed=seed, steps=300, batch_size=128, lr=3e-3, beta1=0.9,
+                          beta2=0.99, aux_k=64, aux_coef=1 / 32, dead_after_batches=5) for seed in (1, 2)]
+    res = train_stack(acts["train"], cfgs)
+    saes = [(c.seed, res.sae.single(i), res.normalizer) for i, c in enumerate(cfgs)]
+    r = ladder(acts, concepts, np.arange(800), saes, SecondaryConfig(random_dictionaries=4), 256)
+
+    def mean_abs(method: str) -> float:
+        return float(np.mean([np.abs(v).mean() for (mm, _), v in r.items() if mm == method]))
+
+    ladder_means = [mean_abs(mm) for mm in ("dense_ridge", "sae_ridge", "sae_top16", "sae_top4")]
+    assert ladder_means == sorted(ladder_means, reverse=True), ladder_means
+    assert ladder_means[0] > 0.95 and ladder_means[0] - ladder_means[-1] > 0.05
+    assert mean_abs("sae_single") > mean_abs("random_single") + 0.1, (mean_abs("sae_single"), mean_abs("random_single"))
+    assert sorted(u for mm, u in r if mm == "random_single") == [0, 1, 2, 3]
+    assert sorted(u for mm, u in r if mm == "sae_single") == [1, 2]
