@@ -22,6 +22,7 @@ def init_ray(resources: ResourceConfig | None = None) -> None:
         ray.init(address=address, log_to_driver=False)
         return
     ray.init(
+        address="local",  # never attach by accident to a `ray start` cluster on this machine
         num_cpus=resources.num_cpus,
         num_gpus=resources.num_gpus,
         include_dashboard=False,

@@ -13,7 +13,7 @@ def small_config(run_dir: Path, models: tuple[str, ...] = ("ecg_fm", "csfm"), st
     """2 models x 2 depths x 2 E x 2 seeds (+ a 2 x 2 x 2 sensitivity arm at depth 1): 24 cells."""
     p = demo_protocol()
     p = replace(p, sae=replace(p.sae, steps=steps, batch_size=64, checkpoint_every=20),
-                grid=GridProtocol(models=models, depths=(0.0, 1.0), expansions=(1, 4), seeds=(4311, 4312),
+                grid=GridProtocol(models=models, depths=(0.0, 1.0), expansions=(1, 8), seeds=(4311, 4312),
                                   sensitivity_depth=1.0),
                 inference=replace(p.inference, patient_draws=200, crossed_draws=400, chunk_draws=100))
     return RunConfig(run_dir=str(run_dir), protocol=p, cohort=CohortConfig(kind="synth", records=120, patients=48, seed=5),

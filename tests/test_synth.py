@@ -102,7 +102,7 @@ def test_concepts_shape_the_waveform(cohort):
         table_r = t12.loc[eid, [f"R_Amp_{lead}" for lead in LEADS]].to_numpy(float) / 1000.0
         lead_corr.append(np.corrcoef(table_r, np.median(sig[:, r_idx], axis=1))[0, 1])
     rr_meas, r_meas = np.array(rr_meas), np.array(r_meas)
-    np.testing.assert_allclose(rr_meas, gt.loc[good, "rr_mean_ms"].astype(float), atol=12.0)
+    np.testing.assert_allclose(rr_meas, gt.loc[good, "rr_mean_ms"].astype(float), rtol=0.02)  # the RR criterion
     truth_r = gt.loc[good, "r_amp_global_mv"].astype(float).to_numpy()
     assert np.corrcoef(r_meas, truth_r)[0, 1] > 0.95
     assert np.abs(r_meas - truth_r).max() < 0.3  # noise + baseline wander only
@@ -137,3 +137,27 @@ def test_ensure_reuses_a_matching_cohort_and_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="bad_fraction"):
         generate_synth_cohort(tmp_path / "x", 4, 2, seed=1, bad_fraction=0.6)
     assert not (tmp_path / "x").exists()
+
+
+def test_drawn_qrs_amplitudes_and_exact_qrs_extent():
+    """Q/S table values are what the beat shows; every lead's QRS deflection spans exactly [0, QRS_Dur]."""
+    from raybench.cohorts.synth import _beat_waves, drawn_qrs_amplitudes
+
+    q, s = drawn_qrs_amplitudes(np.array([0.0, -0.5, -0.2]), np.array([1.0, 0.0, 1.0]), np.array([-0.3, 0.0, 0.0]),
+                                np.zeros(3))
+    assert q[0] == 0.0 and s[0] == pytest.approx(-0.3)  # no q; S peak overlaps nothing
+    assert q[1] == pytest.approx(-0.5, abs=1e-4)  # q alone: the planted amplitude
+    assert -0.2 < q[2] < -0.05  # a q under an R upstroke: visible, shallower than planted
+    d, pr, qt, t_dur = 100.0, 160.0, 400.0, 150.0
+    start = np.array([-pr, 0.0, 0.0, 0.42 * d, qt - t_dur])
+    dur = np.array([100.0, 0.25 * d, 0.62 * d, 0.58 * d, t_dur])
+    t = np.arange(-pr - 5, qt + 5, 0.25)
+    waves = _beat_waves(t, start, dur, d, qt)  # [6, T]: P Q R S T ST
+    qrs = np.abs(waves[1:4]).sum(0)
+    inside = t[qrs > 1e-9]
+    assert inside.min() == pytest.approx(0.0, abs=0.5) and inside.max() == pytest.approx(d, abs=0.5)
+    # R alone (no q) and S alone (no ST) already span the extent: any lead with an R and an S shows it
+    assert t[waves[2] > 1e-9].min() == pytest.approx(0.0, abs=0.5)
+    assert t[waves[3] > 1e-9].max() == pytest.approx(d, abs=0.5)
+    assert t[waves[0] > 1e-9].min() == pytest.approx(-pr, abs=0.5)  # PR = P onset -> QRS onset
+    assert t[(waves[4] + waves[5]) > 1e-9].max() == pytest.approx(qt, abs=0.5)  # QT = QRS onset -> T end

@@ -15,7 +15,9 @@ from raybench.cohorts.waveform_concepts import (
     _baseline,
     _global_abs,
     _point,
-    _refine_qrs,
+    _qrs_bounds,
+    _r_apex,
+    _spatial_slope,
     extract_concepts,
     measure_record,
 )
@@ -107,15 +109,43 @@ def test_point_pads_front_when_neurokit_dropped_sample_zero():
     assert _point({"k": [1.0, 2.0, 3.0]}, "k", 2).tolist() == [1.0, 2.0]
 
 
-def test_refine_qrs_moves_bounds_to_significant_slope():
-    slope = np.zeros(100)
-    slope[40:60] = 1.0  # significant slope from 40 to 59 -> QRS [40, 60)
-    slope[20] = 0.5  # a single noisy sample is not a bound
-    assert _refine_qrs(slope, r=50, on=30.0, off=70.0, fs=1000.0) == (40.0, 60.0)
-    # missing or inconsistent DWT bounds are returned untouched
-    on, off = _refine_qrs(slope, r=50, on=math.nan, off=70.0, fs=1000.0)
-    assert math.isnan(on) and off == 70.0
-    assert _refine_qrs(slope, r=80, on=30.0, off=70.0, fs=1000.0) == (30.0, 70.0)
+def test_qrs_bounds_take_the_slope_cluster_around_r():
+    fs = 1000.0
+    mag = np.zeros(600)
+    mag[200:250] = 1.0  # QRS upstroke ...
+    mag[256:300] = 0.8  # ... and downstroke, after a 6 ms gap at the R apex (bridged)
+    mag[100:140] = 0.2  # a P wave: significant, but 60 ms away from the QRS
+    mag[340:400] = 0.3  # an ST/T slope 40 ms after the QRS end
+    mag[150] = 0.9  # a single noisy sample is never a bound
+    assert _qrs_bounds(mag, r=253, lo_limit=0, hi_limit=600, fs=fs) == (200.0, 300.0)
+    # limits (halfway to the neighbouring beats) and the search window bound the result
+    assert _qrs_bounds(mag, r=253, lo_limit=220, hi_limit=600, fs=fs) == (220.0, 300.0)
+    assert all(math.isnan(v) for v in _qrs_bounds(np.zeros(600), r=253, lo_limit=0, hi_limit=600, fs=fs))
+
+
+def test_spatial_slope_sees_an_end_that_lead_ii_does_not_show():
+    """Global QRS: lead II ends with its R; V1's terminal S (to 100 ms) sets the end, as in 12SL."""
+    fs = 500.0
+    t = np.arange(500) / fs * 1000.0  # ms
+
+    def hann(start: float, dur: float) -> np.ndarray:
+        x = (t - start) / dur
+        return np.where((x > 0) & (x < 1), 0.5 * (1 - np.cos(2 * np.pi * x)), 0.0)
+
+    sig = np.zeros((12, t.size))
+    sig[LEADS.index("II")] = 1.2 * hann(400, 60)  # QRS 400..460 ms in lead II only
+    sig[LEADS.index("V1")] = 0.2 * hann(400, 60) - 1.0 * hann(440, 60)  # rS: ends at 500 ms
+    on, off = _qrs_bounds(_spatial_slope(sig, fs), r=215, lo_limit=0, hi_limit=500, fs=fs)
+    assert abs(on * 2 - 400) <= 6 and abs(off * 2 - 500) <= 6
+
+
+def test_r_apex_is_lead_ii_positive_peak_within_the_qrs():
+    lead = np.zeros(100)
+    lead[40:45] = [0.05, 0.1, 0.15, 0.1, 0.05]  # small r (apex 42) ...
+    lead[45:60] = -0.8  # ... then a deep S where a detector may have marked the beat
+    assert _r_apex(lead, 0.0, r=50, on=38.0, off=62.0) == 42
+    assert _r_apex(-np.abs(lead), 0.0, r=50, on=38.0, off=62.0) == 50  # QS complex: keep the detector's
+    assert _r_apex(lead, 0.0, r=50, on=math.nan, off=62.0) == 50
 
 
 def test_baseline_and_global_abs_use_pr_segment():
@@ -268,10 +298,13 @@ def test_real_ptbxl_sample(ptbxl_sample, ray_cluster):
 
 @pytest.mark.slow
 def test_synth_cohort_ground_truth(tmp_path, ray_cluster):
-    """The synthetic cohort's own ground truth (Gaussian waves; onsets/ends at ~3 sigma of the tails).
+    """The issue's criterion on a synthetic cohort: QRS within 20 ms and RR within 2% for >= 90% of clean
+    records. The generator's waves have exact onsets/ends (compact support) and its QRS extent is global
+    (earliest onset to latest end over the 12 leads), which the 12-lead slope bounds recover.
 
-    Slope-threshold bounds sit inside Gaussian tails, so QRS comes out ~20 ms short and QT ~30 ms short
-    there (measured: median QRS error -18 ms); rate and amplitudes are convention-free.
+    Measured (80 records, seed 5): QRS 98% within 20 ms (median error +1 ms), RR 99% within 2%,
+    PR 95% within 20 ms, R amplitude 98% and ST amplitude 99% within 0.05 mV; T amplitude 71% and QT
+    73% within 30 ms (lead-II DWT T delineation misses inverted/ST-depressed T waves).
     """
     from raybench.cohorts.synth import generate_synth_cohort
 
@@ -280,14 +313,18 @@ def test_synth_cohort_ground_truth(tmp_path, ray_cluster):
     truth = pd.read_csv(cohort / "ground_truth.csv").set_index("ecg_id")[list(WAVEFORM_CONCEPTS)]
     records = pd.DataFrame({"ecg_id": db["ecg_id"], "path": db["filename_hr"], "fs": FS})
     table, failures = extract_concepts(cohort, records)
-    assert failures.empty
-    err = table - truth.loc[table.index]
-    assert (err["rr_mean_ms"].abs() <= 0.02 * truth["rr_mean_ms"]).mean() >= 0.8
-    # known limitation: on ~20% of these records the lead-II peak is not at the R wave (tiny lead-II R,
-    # left-axis records), so the 12-lead value is read at the wrong time; the typical record is exact
-    assert err["r_amp_global_mv"].abs().median() <= 0.05
-    assert (err["r_amp_global_mv"].abs() <= 0.1).mean() >= 0.7
-    assert (err["st_amp_global_mv"].abs() <= 0.1).mean() >= 0.8
-    assert (err["qrs_duration_ms"].abs() <= 45).mean() >= 0.8
-    assert -30 <= err["qrs_duration_ms"].median() <= 10
-    assert (err["pr_interval_ms"].abs() <= 30).mean() >= 0.8
+    # neurokit's DWT occasionally raises on a record (seen: 1 of 40, "cannot convert float NaN to integer");
+    # such a record is reported with a reason and counts as a miss below
+    assert len(failures) <= 2 and failures["reason"].str.len().gt(0).all(), failures
+    truth = truth.loc[table.index]
+    err = table - truth
+    # unmeasured counts as a miss
+    assert (err["qrs_duration_ms"].abs() <= 20).mean() >= 0.9, err["qrs_duration_ms"].describe()
+    assert (err["rr_mean_ms"].abs() <= 0.02 * truth["rr_mean_ms"]).mean() >= 0.9
+    assert abs(err["qrs_duration_ms"].median()) <= 5  # no systematic offset
+    has_p = truth["pr_interval_ms"].notna()
+    assert (err.loc[has_p, "pr_interval_ms"].abs() <= 20).mean() >= 0.85
+    assert (err["r_amp_global_mv"].abs() <= 0.05).mean() >= 0.9
+    assert (err["st_amp_global_mv"].abs() <= 0.05).mean() >= 0.9
+    assert (err["t_amp_global_mv"].abs() <= 0.05).mean() >= 0.6
+    assert (err["qt_like_ms"].abs() <= 40).mean() >= 0.6

@@ -1,8 +1,18 @@
 """Synthetic PTB-XL-shaped cohort whose concept values are known by construction.
 
-Every record is a train of parametric P-QRS-T beats: Gaussian P, Q, R, S and T waves plus a smooth
-ST plateau from the J point to the T end. Each wave has one time course per record (shared by all
-leads) and one amplitude per lead, so the 12 x T signal is `amplitudes[12, 6] @ profiles[6, T]`.
+Every record is a train of parametric P-QRS-T beats. Each wave has compact support, so its onset and
+end are exact times a delineator can see on the noiseless beat (Gaussian waves have no onset: any
+threshold on their tails is a convention, and no detector sees a wave 3 sigma out). P, R, S and T are
+raised-cosine (Hann) bumps, Q is a half-sine (a sharp onset, so a small q is visible at the start of
+the R upstroke), and the ST level is reached at the J point (it rises from the S peak, as J-point
+elevation/depression does, so the QRS ends with a flat slope at J), stays flat and falls with the T
+wave's second half to the T end. Each wave has one time course per record (shared by all leads) and
+one amplitude per lead, so the 12 x T signal is `amplitudes[12, 6] @ profiles[6, T]`.
+
+QRS geometry (fractions of the QRS duration d, QRS onset at 0): Q on [0, 0.25 d], R on [0, 0.62 d],
+S on [0.42 d, d]. Every lead has a positive R and a negative S (limb leads carry a floor of both), so
+every lead's QRS deflection starts at 0 and ends at d: the drawn global QRS extent is exactly
+QRS_Dur. Likewise PR = P onset -> QRS onset and QT = QRS onset -> T end are exact support boundaries.
 Per-lead amplitudes come from frontal axes (limb leads: projection cos(axis - lead angle)) and
 precordial progression profiles, so axes, amplitudes, intervals and rate all visibly shape the
 waveform. A record's parameters are its patient's traits plus small per-record jitter; sites and
@@ -18,16 +28,21 @@ Written folder (same layout and column names as PTB-XL 1.0.3 + PTB-XL+ features)
     params.json                           generator arguments (reuse check)
 
 Table units follow PTB-XL+: amplitudes in microvolts, durations in ms, areas in microvolt*ms, axes in
-degrees. Definitions of table values: R/Q/S/P/T/ST amplitude = the planted wave amplitude (Q, S are
-negative); QRS_Balance = Q + R + S amplitude; areas = amplitude * sigma * sqrt(2 pi) (net for QRS);
+degrees. Table values are what the noiseless beat shows: R amplitude = the value at the R peak (the
+planted R: no other wave overlaps it); Q/S amplitude = the most negative value before/after the R peak
+(0 when the lead shows none; Q is smaller than the planted Q because the R upstroke overlaps it, S
+includes the ST level rising into the J point); P, T and ST amplitude = the planted P, T and ST level
+(T measured above the ST level, which it rides on); QRS_Balance = Q + R + S amplitude; areas = exact
+integrals of the drawn waves (net over the QRS; P and T wave alone);
 RR_Mean = mean of the in-record RR intervals, RR_Mean_Global_iqr their IQR, HR = 60000 / RR_Mean;
 PR = P onset to QRS onset (PQ the same), QT = QRS onset to T end, QTc Bazett/Fridericia/Framingham
 from QT and RR_Mean; records without P waves have P_Found 0, P amplitudes/areas 0 and NaN P timing.
 
 Waveform concepts (ground truth for the waveform extractor, DESIGN "Waveform-derived concepts"),
 measured on the noiseless single-beat template: rr_mean_ms = median RR; qrs_duration_ms, pr_interval_ms,
-qt_like_ms as above; r/t/st_amp_global_mv = largest |value| over the 12 leads at the R peak, the T
-peak and 60 ms after the R (QRS) offset (a magnitude, in mV).
+qt_like_ms = the exact support boundaries above (equal to QRS_Dur, PR_Int, QT_Int);
+r/t/st_amp_global_mv = largest |value| over the 12 leads at the R peak, the T peak and 60 ms after the
+J point (a magnitude, in mV).
 
 `bad_fraction` plants defective records (ground_truth.planted_defect names the quarantine reason the
 manifest must give): truncated .dat, NaN samples in a lead, a flat lead, a wrong rate in the header,
@@ -47,7 +62,7 @@ from raybench.cohorts.panel import CONCEPTS, LEAD_GROUPS, WAVEFORM_CONCEPTS, con
 from raybench.cohorts.waveforms import LEADS
 from raybench.io import atomic_dir
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 PTBXL_COLUMNS: tuple[str, ...] = (
     "ecg_id", "patient_id", "age", "sex", "height", "weight", "nurse", "site", "device", "recording_date",
     "report", "scp_codes", "heart_axis", "infarction_stadium1", "infarction_stadium2", "validated_by",
@@ -66,7 +81,13 @@ SITES: dict[int, tuple[tuple[str, ...], float, float]] = {
 }
 _LIMB_ANGLES = np.deg2rad(np.array([0.0, 60.0, 120.0, -150.0, -30.0, 90.0]))
 _WAVES = ("P", "Q", "R", "S", "T", "ST")
-_SQRT2PI = math.sqrt(2.0 * math.pi)
+# QRS wave supports as fractions of the QRS duration: (start, length) of Q, R, S (module doc)
+Q_SPAN, R_SPAN, S_SPAN = (0.0, 0.25), (0.0, 0.62), (0.42, 0.58)
+ST_RISE_FROM = S_SPAN[0] + S_SPAN[1] / 2  # the ST level rises from the S peak to the J point
+# every limb lead shows an r and an s of at least this fraction of the QRS magnitude (the QRS loop's
+# width: a lead perpendicular to the axis is equiphasic, not flat), so lead II carries a visible R
+LOOP_WIDTH = 0.25
+ST_SEGMENT_MS = 40.0  # shortest J point -> T onset
 
 
 # ---------------------------------------------------------------- parameters
@@ -165,7 +186,7 @@ def lead_amplitudes(rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     n = len(rec["hr"])
     limb = lambda ang: np.cos(np.deg2rad(ang)[:, None] - _LIMB_ANGLES[None, :])  # noqa: E731
     net = rec["m_qrs"][:, None] * limb(rec["qrs_axis"])
-    base = 0.1 * rec["m_qrs"][:, None]
+    base = LOOP_WIDTH * rec["m_qrs"][:, None]
     r_limb = base + np.maximum(net, 0)
     s_limb = -(base + np.maximum(-net, 0))
     q_limb = -rec["q_frac"][:, None] * np.maximum(net, 0)
@@ -193,63 +214,104 @@ def lead_amplitudes(rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def wave_geometry(rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-record timing (ms, relative to QRS onset): Gaussian centres and sigmas, J point, T end."""
+    """Per-record timing (ms, relative to QRS onset): start and length of P Q R S T, J point, T end."""
     qrs, pr, p_dur = rec["qrs"], rec["pr"], rec["p_dur"]
     rr_nominal = 60000.0 / rec["hr"]
     qt = rec["qtc"] * np.sqrt(rr_nominal / 1000.0)
-    t_dur = np.minimum(rec["t_frac"] * qt, qt - qrs - 40.0)
+    t_dur = np.minimum(rec["t_frac"] * qt, qt - qrs - ST_SEGMENT_MS)
     return {
-        "center": np.stack([-pr + p_dur / 2, 0.18 * qrs, 0.45 * qrs, 0.75 * qrs, qt - t_dur / 2], 1),
-        "sigma": np.stack([p_dur / 6, 0.07 * qrs, 0.09 * qrs, 0.08 * qrs, t_dur / 6], 1),
+        "start": np.stack([-pr, Q_SPAN[0] * qrs, R_SPAN[0] * qrs, S_SPAN[0] * qrs, qt - t_dur], 1),
+        "dur": np.stack([p_dur, Q_SPAN[1] * qrs, R_SPAN[1] * qrs, S_SPAN[1] * qrs, t_dur], 1),
         "j": qrs, "qt": qt, "t_dur": t_dur, "rr_nominal": rr_nominal,
     }
 
 
-def _st_plateau(t: np.ndarray, j: float, t_end: float) -> np.ndarray:
-    """Smooth plateau from the J point to the T end (value 1 inside)."""
-    rise = 0.5 * (1 + np.tanh((t - j - 8.0) / 4.0))
-    fall = 0.5 * (1 + np.tanh((t_end - t) / 12.0))
+def _hann(x: np.ndarray) -> np.ndarray:
+    """Raised-cosine bump on [0, 1] (peak 1 at 0.5, zero outside; area 1/2)."""
+    return np.where((x > 0) & (x < 1), 0.5 * (1.0 - np.cos(2.0 * np.pi * x)), 0.0)
+
+
+def _half_sine(x: np.ndarray) -> np.ndarray:
+    """Half-sine bump on [0, 1] (peak 1 at 0.5, zero outside; area 2/pi); its onset is a visible kink."""
+    return np.where((x > 0) & (x < 1), np.sin(np.pi * np.clip(x, 0.0, 1.0)), 0.0)
+
+
+def _st_plateau(t: np.ndarray, j: float, t_end: float, t_dur: float) -> np.ndarray:
+    """ST level: half-cosine rise from the S peak to 1 at the J point, 1 until the T peak, then falls with
+    exactly the T wave's second-half shape to 0 at the T end (so T + ST peaks at the T peak)."""
+    rise_from = ST_RISE_FROM * j
+    rise = 0.5 * (1.0 - np.cos(np.pi * np.clip((t - rise_from) / (j - rise_from), 0.0, 1.0)))
+    half = t_dur / 2.0
+    fall = 0.5 * (1.0 + np.cos(np.pi * np.clip((t - (t_end - half)) / half, 0.0, 1.0)))
     return rise * fall
 
 
-def _profiles(t: np.ndarray, onsets: np.ndarray, center: np.ndarray, sigma: np.ndarray, j: float,
+def _profiles(t: np.ndarray, onsets: np.ndarray, start: np.ndarray, dur: np.ndarray, j: float,
               t_end: float) -> np.ndarray:
     """[6, len(t)] time courses (P Q R S T ST) summed over beats with QRS onsets `onsets` (ms).
 
-    `t` must be a uniform grid from 0. Each beat is evaluated only on its own window (P onset - 6 sigma
-    to T end + 100 ms), where every wave of the beat is non-negligible, then scattered into place.
+    `t` must be a uniform grid from 0. Each beat is evaluated only on its own window (P onset to
+    T end, every wave having compact support), then scattered into place.
     """
     if t.size == 1:
         rel = t[None, :] - onsets[:, None]
-        return _beat_waves(rel, center, sigma, j, t_end).sum(1)
+        return _beat_waves(rel, start, dur, j, t_end).sum(1)
     dt = float(t[1] - t[0])
-    pre = -(center[0] - 6 * sigma[0])
-    post = t_end + 100.0
+    pre = -start[0] + dt
+    post = t_end + dt
     width = int(np.ceil((pre + post) / dt)) + 1
-    start = np.floor((onsets - pre) / dt).astype(np.int64)
-    idx = start[:, None] + np.arange(width)[None, :]  # [beats, W]
+    first = np.floor((onsets - pre) / dt).astype(np.int64)
+    idx = first[:, None] + np.arange(width)[None, :]  # [beats, W]
     rel = idx * dt - onsets[:, None]
-    waves = _beat_waves(rel, center, sigma, j, t_end)  # [6, beats, W]
+    waves = _beat_waves(rel, start, dur, j, t_end)  # [6, beats, W]
     ok = (idx >= 0) & (idx < t.size)
     flat_idx = idx[ok]
     return np.stack([np.bincount(flat_idx, weights=w[ok], minlength=t.size) for w in waves])
 
 
-def _beat_waves(rel: np.ndarray, center: np.ndarray, sigma: np.ndarray, j: float, t_end: float) -> np.ndarray:
-    """[6, *rel.shape]: the five Gaussians and the ST plateau at times `rel` (ms from QRS onset)."""
+def _beat_waves(rel: np.ndarray, start: np.ndarray, dur: np.ndarray, j: float, t_end: float) -> np.ndarray:
+    """[6, *rel.shape]: P Q R S T bumps and the ST plateau at times `rel` (ms from QRS onset)."""
     out = np.empty((6, *rel.shape))
     for w in range(5):
-        z = (rel - center[w]) / sigma[w]
-        out[w] = np.exp(-0.5 * np.minimum(z * z, 200.0))
-    out[5] = _st_plateau(rel, j, t_end)
+        x = (rel - start[w]) / dur[w]
+        out[w] = _half_sine(x) if _WAVES[w] == "Q" else _hann(x)
+    out[5] = _st_plateau(rel, j, t_end, float(dur[4]))
     return out
 
 
 def template_value(amps: dict[str, np.ndarray], geo: dict[str, np.ndarray], i: int, t_rel: float) -> np.ndarray:
     """Noiseless single-beat template of record i at `t_rel` ms after QRS onset: [12] mV."""
-    prof = _profiles(np.array([t_rel]), np.zeros(1), geo["center"][i], geo["sigma"][i], geo["j"][i], geo["qt"][i])
+    prof = _profiles(np.array([t_rel]), np.zeros(1), geo["start"][i], geo["dur"][i], geo["j"][i], geo["qt"][i])
     a = np.stack([amps[w][i] for w in _WAVES], 1)  # [12, 6]
     return (a @ prof)[:, 0]
+
+
+def peak_time(geo: dict[str, np.ndarray], wave: str) -> np.ndarray:
+    """Time (ms from QRS onset) of the peak of P Q R S or T, per record."""
+    k = _WAVES.index(wave)
+    return geo["start"][:, k] + 0.5 * geo["dur"][:, k]
+
+
+def drawn_qrs_amplitudes(q: np.ndarray, r: np.ndarray, s: np.ndarray, st: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drawn Q and S amplitudes (<= 0) from the planted Q, R, S and ST amplitudes (any matching shapes).
+
+    Q = the most negative value before the R peak, S = the most negative value after it (0 when the
+    lead shows none). Every QRS wave and the ST rise scale with the QRS duration, so these depend on the
+    amplitudes only; evaluated on a fine grid of the QRS in units of its duration. (The R peak itself
+    overlaps no other wave, so the drawn R equals the planted R.)
+    """
+    u = np.linspace(0.0, 1.0, 1001)
+    shapes = {
+        "Q": _half_sine((u - Q_SPAN[0]) / Q_SPAN[1]), "R": _hann((u - R_SPAN[0]) / R_SPAN[1]),
+        "S": _hann((u - S_SPAN[0]) / S_SPAN[1]),
+        "ST": 0.5 * (1.0 - np.cos(np.pi * np.clip((u - ST_RISE_FROM) / (1.0 - ST_RISE_FROM), 0.0, 1.0))),
+    }
+    drawn = sum(np.asarray(amp, dtype=float)[..., None] * shapes[w]
+                for w, amp in (("Q", q), ("R", r), ("S", s), ("ST", st)))
+    before = u <= R_SPAN[0] + R_SPAN[1] / 2
+    q_drawn = np.minimum(drawn[..., before].min(-1), 0.0)
+    s_drawn = np.minimum(drawn[..., ~before].min(-1), 0.0)
+    return q_drawn, s_drawn
 
 
 # ---------------------------------------------------------------- ground truth
@@ -267,7 +329,9 @@ def _tables(rec: dict[str, np.ndarray], amps: dict[str, np.ndarray], geo: dict[s
             rr_stats: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """PTB-XL+ style columns (12sl, ecgdeli) in table units."""
     uv = {w: amps[w] * 1000.0 for w in _WAVES}
-    sig = geo["sigma"]
+    dur = geo["dur"]
+    qrs = geo["j"][:, None]
+    q_drawn, s_drawn = drawn_qrs_amplitudes(uv["Q"], uv["R"], uv["S"], uv["ST"])
     has_p = rec["p_present"]
     nan_if_no_p = lambda x: np.where(has_p, x, np.nan)  # noqa: E731
     rr_mean, rr_iqr = rr_stats[:, 0], rr_stats[:, 1]
@@ -282,11 +346,13 @@ def _tables(rec: dict[str, np.ndarray], amps: dict[str, np.ndarray], geo: dict[s
         "QT_IntFramingham_Global": qt + 154.0 * (1.0 - rr_s), "P_AxisFront_Global": nan_if_no_p(rec["p_axis"]),
         "R_AxisFrontal_Global": rec["qrs_axis"], "T_AxisFront_Global": rec["t_axis"],
     }
-    qrs_area = (uv["Q"] * sig[:, 1:2] + uv["R"] * sig[:, 2:3] + uv["S"] * sig[:, 3:4]) * _SQRT2PI
+    # exact integrals: half-sine area = 2/pi * length, Hann and half-cosine ramp areas = length / 2
+    qrs_area = (uv["Q"] * Q_SPAN[1] * 2.0 / math.pi + uv["R"] * R_SPAN[1] / 2.0 + uv["S"] * S_SPAN[1] / 2.0
+                + uv["ST"] * (1.0 - ST_RISE_FROM) / 2.0) * qrs
     per_lead = {
-        "P_Amp": uv["P"], "Q_Amp": uv["Q"], "R_Amp": uv["R"], "S_Amp": uv["S"], "T_Amp": uv["T"], "ST_Amp": uv["ST"],
-        "QRS_Balance": uv["Q"] + uv["R"] + uv["S"], "QRS_Area": qrs_area,
-        "P_AreaFull": uv["P"] * sig[:, 0:1] * _SQRT2PI, "T_AreaFull": uv["T"] * sig[:, 4:5] * _SQRT2PI,
+        "P_Amp": uv["P"], "Q_Amp": q_drawn, "R_Amp": uv["R"], "S_Amp": s_drawn, "T_Amp": uv["T"], "ST_Amp": uv["ST"],
+        "QRS_Balance": q_drawn + uv["R"] + s_drawn, "QRS_Area": qrs_area,
+        "P_AreaFull": uv["P"] * dur[:, 0:1] / 2.0, "T_AreaFull": uv["T"] * dur[:, 4:5] / 2.0,
     }
     for stem, values in per_lead.items():
         for k, lead in enumerate(LEADS):
@@ -421,6 +487,7 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
     t100 = np.arange(int(DURATION_S * 100)) * 10.0
     rr_stats = np.empty((n_records, 3))  # mean, IQR, median of in-record RR intervals
     a_all = np.stack([amps[w] for w in _WAVES], 2)  # [N, 12, 6]
+    r_time = peak_time(geo, "R")
     names_hr, names_lr = db["filename_hr"].tolist(), db["filename_lr"].tolist()
     with atomic_dir(out_dir) as tmp:
         for sub in ("records500", "records100", "features"):
@@ -428,12 +495,12 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
         for i in range(n_records):
             rrng = np.random.default_rng([seed, i + 1])
             onsets = _beat_onsets(rrng, float(geo["rr_nominal"][i]), float(rec["rr_var"][i]))
-            r_peaks = onsets + geo["center"][i, 2]
+            r_peaks = onsets + r_time[i]
             inside = r_peaks[(r_peaks >= 0) & (r_peaks < DURATION_S * 1000)]
             rr = np.diff(inside)
             q25, q50, q75 = np.percentile(rr, [25, 50, 75])
             rr_stats[i] = (rr.mean(), q75 - q25, q50)
-            args = (onsets, geo["center"][i], geo["sigma"][i], float(geo["j"][i]), float(geo["qt"][i]))
+            args = (onsets, geo["start"][i], geo["dur"][i], float(geo["j"][i]), float(geo["qt"][i]))
             clean500 = a_all[i] @ _profiles(t500, *args)
             clean100 = a_all[i] @ _profiles(t100, *args)
             _, noise_sd, wander_amp = SITES[int(rec["site"][i])]
@@ -468,9 +535,10 @@ def _waveform_truth(amps: dict[str, np.ndarray], geo: dict[str, np.ndarray], rr_
                     pr: np.ndarray, has_p: np.ndarray) -> pd.DataFrame:
     n = len(rr_median)
     r_amp, t_amp, st_amp = np.empty(n), np.empty(n), np.empty(n)
+    r_time, t_time = peak_time(geo, "R"), peak_time(geo, "T")
     for i in range(n):
-        r_amp[i] = np.abs(template_value(amps, geo, i, geo["center"][i, 2])).max()
-        t_amp[i] = np.abs(template_value(amps, geo, i, geo["center"][i, 4])).max()
+        r_amp[i] = np.abs(template_value(amps, geo, i, r_time[i])).max()
+        t_amp[i] = np.abs(template_value(amps, geo, i, t_time[i])).max()
         st_amp[i] = np.abs(template_value(amps, geo, i, geo["j"][i] + 60.0)).max()
     out = pd.DataFrame({
         "rr_mean_ms": rr_median, "qrs_duration_ms": geo["j"], "pr_interval_ms": np.where(has_p, pr, np.nan),

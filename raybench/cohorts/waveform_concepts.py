@@ -7,13 +7,17 @@ Choices this module makes, and why:
 - R peaks far less steep than the record's typical beat are dropped, and peaks closer than 250 ms
   (the RR window's floor) resolved to the steeper one: neurokit's detector marks tall lead-II T waves
   as beats (seen on generated records), which would halve rr_mean_ms.
-- QRS bounds are refined after the DWT. The DWT's QRS onset/offset sit where a coarse-scale wavelet
-  slope falls to half its peak; that kernel is ~60 ms wide at 2 kHz, so every QRS narrower than
-  ~110 ms comes out ~110-120 ms wide (measured on generated beats: true 73 ms -> 114 ms) and the
-  PR interval comes out short by the same amount. The refinement keeps the DWT bound as the search
-  limit and moves it inward to the first/last sample whose smoothed lead-II slope exceeds
-  `SLOPE_FRACTION` of the beat's peak QRS slope (slope-threshold delineation). `refine_qrs=False`
-  gives the protocol's plain DWT bounds.
+- QRS bounds are re-measured after the DWT, globally. The DWT's lead-II QRS onset/offset sit where a
+  coarse-scale wavelet slope falls to half its peak; that kernel is ~60 ms wide at 2 kHz, so every QRS
+  narrower than ~110 ms comes out ~110-120 ms wide, and the DWT bounds sometimes land on the P wave.
+  Lead II alone also cannot see a QRS end carried by other leads (a lead II without an s wave).
+  So the bounds are the cluster of samples around the R peak where the 12-lead slope magnitude exceeds
+  `SLOPE_FRACTION` of the beat's largest (`_qrs_bounds`): the global QRS that 12SL/ECGDeli report as
+  QRS_Dur_Global and MIMIC's machine measurements as qrs_onset/qrs_end. Lead II still locates the beats;
+  detections are judged by their 12-lead steepness (a lead-II QRS near -30 deg axis can be smaller than
+  its T wave). The R amplitude is read at lead II's R apex within these bounds (`_r_apex`), not at the
+  detector's mark, which can sit on the S of an rS complex. `refine_qrs=False` gives the protocol's
+  plain lead-II DWT bounds and detector marks.
 - Intervals are per-beat differences (points of one beat are paired with that beat's R peak, never
   zipped across beats), kept when inside the plausibility windows, then the median over beats.
   qt_like_ms is QRS onset -> T offset; pr_interval_ms is P onset -> QRS onset.
@@ -52,8 +56,11 @@ QT_WINDOW = (180.0, 700.0)
 ST_OFFSET_MS = 60.0
 BASELINE_WINDOW_MS = (30.0, 6.0)  # PR-segment window: from 30 ms to 6 ms before the QRS onset
 BASELINE_FALLBACK_MS = (110.0, 80.0)  # before the R peak, for beats without a QRS onset
-SLOPE_FRACTION = 0.10  # QRS bound = first/last sample with |slope| >= this fraction of the beat's max
-REFINE_MARGIN_MS = 10.0  # refined bounds may sit this far outside the DWT bounds
+SLOPE_FRACTION = 0.10  # QRS bound = first/last sample with spatial slope >= this fraction of the beat's max
+SEARCH_MS = 150.0  # QRS bounds are searched this far either side of the R peak
+CORE_MS = 60.0  # the beat's largest slope is taken this close to the R peak
+GAP_MS = 16.0  # significant-slope runs closer than this belong to one QRS ...
+JOIN_FRACTION = 0.2  # ... and, after the R peak, only if this steep (module doc)
 MIN_BEATS = 3
 MIN_PEAK_SCORE = 0.3  # a detection this much less steep than the typical beat is not a QRS
 MIN_SECONDS = 2.0
@@ -136,23 +143,66 @@ def _drop_close_peaks(rpeaks: np.ndarray, slope: np.ndarray, fs: float) -> np.nd
     return rpeaks[keep]
 
 
-def _refine_qrs(slope: np.ndarray, r: int, on: float, off: float, fs: float) -> tuple[float, float]:
-    """Move the DWT QRS bounds inward to where the slope becomes significant (see module doc)."""
-    if math.isnan(on) or math.isnan(off) or not on < r < off:
-        return on, off
-    margin = int(round(REFINE_MARGIN_MS * fs / 1000.0))
-    lo, hi = max(0, int(on) - margin), min(len(slope), int(off) + margin + 1)
-    mag = np.abs(slope[lo:hi])
-    if mag.size == 0 or not np.isfinite(mag).all() or mag.max() <= 0:
-        return on, off
-    runs = _runs(mag >= SLOPE_FRACTION * mag.max())
-    if runs.size == 0:
-        return on, off
-    # onset: first significant sample; offset: just past the last one (runs[-1] + 1 is significant too)
-    new_on, new_off = lo + int(runs[0]), lo + int(runs[-1]) + 2
-    if not new_on < r < new_off:
-        return on, off
-    return float(new_on), float(new_off)
+def _spatial_slope(signal: np.ndarray, fs: float) -> np.ndarray:
+    """Magnitude of the 12-lead slope vector, sqrt(sum over leads of slope^2) per sample (mV/sample).
+
+    Differentiating removes baseline offsets and most of the wander, so the raw leads are used.
+    """
+    from scipy.signal import savgol_filter
+
+    window = max(5, int(round(0.020 * fs)) | 1)
+    slopes = savgol_filter(signal, window, 2, deriv=1, axis=1)
+    return np.sqrt(np.einsum("lt,lt->t", slopes, slopes))
+
+
+def _qrs_bounds(mag: np.ndarray, r: int, lo_limit: int, hi_limit: int, fs: float) -> tuple[float, float]:
+    """Global QRS onset and offset of the beat at R peak `r` from the spatial slope magnitude `mag`.
+
+    Significant samples (>= SLOPE_FRACTION of the largest slope within `CORE_MS` of r, in two-sample runs
+    so one noisy sample never decides) are searched within `SEARCH_MS` of r and inside
+    [lo_limit, hi_limit) (halfway to the neighbouring beats). Starting from the run nearest r, runs
+    closer than `GAP_MS` are joined (the slope's zero crossings at the q, R and S apices); after the R a
+    run joins only if it is also steep (peak >= `JOIN_FRACTION` of the largest), so an ST segment that
+    slopes up from the J point ends the QRS there. Returns (onset, offset) sample positions, offset just
+    past the last significant sample; NaN when nothing is significant.
+    """
+    ms = fs / 1000.0
+    lo = max(lo_limit, int(r - SEARCH_MS * ms), 0)
+    hi = min(hi_limit, int(r + SEARCH_MS * ms) + 1, mag.size)
+    core = mag[max(lo, int(r - CORE_MS * ms)):min(hi, int(r + CORE_MS * ms) + 1)]
+    if hi - lo < 4 or core.size == 0 or not np.isfinite(core).all() or core.max() <= 0:
+        return math.nan, math.nan
+    top = float(core.max())
+    starts = _runs(mag[lo:hi] >= SLOPE_FRACTION * top)
+    if starts.size == 0:
+        return math.nan, math.nan
+    sig = np.unique(np.concatenate([starts, starts + 1])) + lo  # both samples of each run
+    runs = np.split(sig, np.flatnonzero(np.diff(sig) > 1) + 1)
+    dist = [0 if c[0] <= r <= c[-1] else min(abs(c[0] - r), abs(c[-1] - r)) for c in runs]
+    first = last = int(np.argmin(dist))
+    gap = GAP_MS * ms
+    while first > 0 and runs[first][0] - runs[first - 1][-1] <= gap:
+        first -= 1
+    while (last + 1 < len(runs) and runs[last + 1][0] - runs[last][-1] <= gap
+           and (runs[last + 1][0] < r or mag[runs[last + 1]].max() >= JOIN_FRACTION * top)):
+        last += 1
+    return float(runs[first][0]), float(runs[last][-1] + 1)
+
+
+def _r_apex(lead: np.ndarray, base: float, r: int, on: float, off: float) -> int:
+    """The R peak as the apex of lead II's positive QRS deflection within the QRS bounds.
+
+    neurokit's detector may mark the S nadir of an rS complex (left-axis records) or a point on the
+    slope; the R amplitude is defined at the R apex. Falls back to `r` when the bounds are missing or
+    lead II has no positive deflection (QS complex).
+    """
+    if math.isnan(on) or math.isnan(off) or not math.isfinite(base):
+        return r
+    lo, hi = int(on), int(off) + 1
+    seg = lead[lo:hi] - base
+    if seg.size == 0 or seg.max() <= 0:
+        return r
+    return lo + int(np.argmax(seg))
 
 
 def _global_abs(signal: np.ndarray, baseline: np.ndarray, idx: float) -> float:
@@ -199,7 +249,9 @@ def measure_record(signal: np.ndarray, fs: float, refine_qrs: bool = True) -> di
         except Exception as err:  # neurokit raises bare ValueError/IndexError on odd signals
             raise ConceptError("peak_detection_failed", f"{type(err).__name__}: {err}") from err
         rpeaks = np.asarray(info.get("ECG_R_Peaks", []), dtype=float)
-        slope = _smoothed_slope(cleaned, fs)
+        # steepness judged on the 12-lead slope when refining: a lead-II QRS can be tiny (axis near -30)
+        mag = _spatial_slope(signal, fs) if refine_qrs else None
+        slope = mag if mag is not None else np.abs(_smoothed_slope(cleaned, fs))
         rpeaks = _drop_close_peaks(np.sort(rpeaks[np.isfinite(rpeaks)]).astype(int), slope, fs)
         if rpeaks.size < MIN_BEATS:
             raise ConceptError("too_few_beats", f"{rpeaks.size} R peaks in lead II (need >= {MIN_BEATS})")
@@ -207,10 +259,10 @@ def measure_record(signal: np.ndarray, fs: float, refine_qrs: bool = True) -> di
             _, waves = nk.ecg_delineate(cleaned, rpeaks, sampling_rate=fs, method="dwt")
         except Exception as err:
             raise ConceptError("delineation_failed", f"{type(err).__name__}: {err}") from err
-        return _concepts_from_points(signal, slope if refine_qrs else None, rpeaks, waves, fs)
+        return _concepts_from_points(signal, mag, rpeaks, waves, fs)
 
 
-def _concepts_from_points(signal: np.ndarray, slope: np.ndarray | None, rpeaks: np.ndarray, waves: dict,
+def _concepts_from_points(signal: np.ndarray, mag: np.ndarray | None, rpeaks: np.ndarray, waves: dict,
                           fs: float) -> dict[str, float]:
     n = rpeaks.size
     ms = 1000.0 / fs
@@ -227,8 +279,10 @@ def _concepts_from_points(signal: np.ndarray, slope: np.ndarray | None, rpeaks: 
         on, off = r_on[i], r_off[i]
         if not (math.isnan(on) or math.isnan(off)) and not on < r < off:
             on = off = math.nan  # points of another beat
-        if slope is not None:
-            on, off = _refine_qrs(slope, int(r), on, off, fs)
+        if mag is not None:
+            lo_limit = (int(rpeaks[i - 1]) + int(r)) // 2 if i else 0
+            hi_limit = (int(r) + int(rpeaks[i + 1])) // 2 if i + 1 < n else signal.shape[1]
+            on, off = _qrs_bounds(mag, int(r), lo_limit, hi_limit, fs)
         nxt = rpeaks[i + 1] if i + 1 < n else signal.shape[1]
         if not math.isnan(on) and not math.isnan(off):
             d = (off - on) * ms
@@ -243,7 +297,8 @@ def _concepts_from_points(signal: np.ndarray, slope: np.ndarray | None, rpeaks: 
             if QT_WINDOW[0] <= d <= QT_WINDOW[1] and t_off[i] <= nxt:
                 qt.append(d)
         base = _baseline(signal, int(r), on, fs)
-        r_amp.append(_global_abs(signal, base, float(r)))
+        apex = _r_apex(signal[LEAD_II], float(base[LEAD_II]), int(r), on, off) if mag is not None else int(r)
+        r_amp.append(_global_abs(signal, base, float(apex)))
         tp = t_peak[i]
         if not math.isnan(tp) and r < tp < nxt:
             t_amp.append(_global_abs(signal, base, tp))

@@ -125,20 +125,30 @@ def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec],
 
     t0 = time.perf_counter()
     result = train_stack(data.acts["train"], cfgs, device=device, state=state, on_checkpoint=on_checkpoint,
-                         checkpoint_every=protocol.sae.checkpoint_every)
+                         checkpoint_every=protocol.sae.checkpoint_every, implementation="auto")
     seconds = (time.perf_counter() - t0) / len(todo)
     for i, cell in enumerate(todo):
         ev = evaluate_cell(result.sae, result.normalizer, data.acts, data.concepts, data.test_patient_codes,
                            data.selection_idx, protocol.eval, index=i, n_patients=len(data.test_patients))
         extra = {"cell_id": cell.cell_id, "realized_depth": cell.realized_depth, "train_seconds": seconds,
                  "config_hash": config_hash, "device": device, "concepts": list(data.concept_names),
-                 "n_test_patients": len(data.test_patients)}
+                 "n_test_patients": len(data.test_patients), **_placement()}
         save_cell(layout.cell_dir(cell.cell_id), result.sae.single(i), {**asdict(cfgs[i]), **cell.to_dict()}, ev,
                   extra, normalizer=result.normalizer)
         if remote_uri:
             from raybench.storage import sync_up
 
             sync_up(layout.root, remote_uri, f"cells/{cell.cell_id}")
+
+
+def _placement() -> dict[str, str]:
+    """Where the cell was trained (node id + host), so elastic runs can be audited."""
+    import socket
+
+    import ray
+
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    return {"node_id": node, "hostname": socket.gethostname()}
 
 
 def _assigned_gpu() -> bool:
@@ -201,7 +211,13 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
     from ray import tune
 
     res = cfg.resources
-    storage = f"{remote_uri.rstrip('/')}/tune" if remote_uri else str(layout.tune_dir.resolve())
+    storage_fs = None  # pyarrow filesystem for s3:// (pyarrow alone ignores AWS_ENDPOINT_URL)
+    if remote_uri:
+        from raybench.storage import arrow_filesystem
+
+        storage_fs, storage = arrow_filesystem(f"{remote_uri.rstrip('/')}/tune")
+    else:
+        storage = str(layout.tune_dir.resolve())
     exp_dir = os.path.join(storage, f"{EXPERIMENT}-{cfg.config_hash()}")
     threads = max(1, int(res.trial_cpus))
     trainable = tune.with_resources(train_cells_trial, {"cpu": res.trial_cpus, "gpu": res.trial_gpus})
@@ -215,9 +231,9 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
         "stacks": tune.grid_search([[[c.to_dict() for c in stack] for stack in stacks]
                                     for stacks in pending.values()]),
     }
-    if not remote_uri and tune.Tuner.can_restore(exp_dir):
+    if tune.Tuner.can_restore(exp_dir, storage_filesystem=storage_fs):
         tuner = tune.Tuner.restore(exp_dir, trainable=trainable, resume_unfinished=True, resume_errored=True,
-                                   param_space=param_space)
+                                   param_space=param_space, storage_filesystem=storage_fs)
     else:
         tuner = tune.Tuner(
             trainable,
@@ -226,6 +242,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
             run_config=tune.RunConfig(
                 name=os.path.basename(exp_dir),
                 storage_path=storage,
+                storage_filesystem=storage_fs,
                 failure_config=tune.FailureConfig(max_failures=res.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 verbose=verbose,
