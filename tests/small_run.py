@@ -16,7 +16,8 @@ def small_config(run_dir: Path, models: tuple[str, ...] = ("ecg_fm", "csfm"), st
                 grid=GridProtocol(models=models, depths=(0.0, 1.0), expansions=(1, 8), seeds=(4311, 4312),
                                   sensitivity_depth=1.0),
                 inference=replace(p.inference, patient_draws=200, crossed_draws=400, chunk_draws=100))
-    return RunConfig(run_dir=str(run_dir), protocol=p, cohort=CohortConfig(kind="synth", records=120, patients=48, seed=5),
+    return RunConfig(run_dir=str(run_dir), protocol=p,
+                     cohort=CohortConfig(kind="synth", records=120, patients=48, seed=5),
                      encoders=EncoderConfig(size="demo", batch_size=32)).validate()
 
 
