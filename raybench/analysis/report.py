@@ -271,6 +271,10 @@ def _profiles_body(ctx: Context) -> str:
     crossed = ctx.tables.get("crossed")
     show_published = ctx.cohort_kind == "ptbxl" or ("published" in prof and prof.published.notna().any())
     out = []
+    inference = (run_section(ctx.run, "protocol") or {}).get("inference") or {}
+    if inference:
+        out.append(f"<p class='note'>Bootstrap draws: {int(inference.get('patient_draws', 0)):,} paired patient "
+                   f"draws, {int(inference.get('crossed_draws', 0)):,} crossed draws.</p>")
     for metric in sorted(prof.metric.unique(), key=lambda m: (METRICS.index(m) if m in METRICS else 9, m)):
         sub = prof[prof.metric == metric].sort_values(["auc", "model"], ascending=[False, True])
         df = pd.DataFrame({"model": sub.model.map(model_label), "AUC": sub.auc,
@@ -354,8 +358,8 @@ for _s in (
             "and ok, and every matched block (all models at one depth, E and seed) complete. Failed cells stay in "
             "the denominator.", body=_audit_body, tables=("missing",)),
     Section("profiles", "Model profiles",
-            "Common-scale summaries: AUC over log E (E = 1…32), averaged over depths and seeds, with 2,000-draw "
-            "patient-bootstrap and 10,000-draw crossed (depth × seed) bootstrap 95% CIs.",
+            "Common-scale summaries: AUC over log E, averaged over depths and seeds, with patient-bootstrap and "
+            "crossed (depth × seed) bootstrap 95% CIs.",
             figures=("forest_auc",), body=_profiles_body, claims=("profiles", "crossed"), needs=("profiles",)),
     Section("contrasts", "Pairwise contrasts",
             "Paired bootstrap differences (model_a − model_b); p-values Benjamini–Hochberg adjusted within each "

@@ -144,6 +144,10 @@ def build_encoder(spec: EncoderSpec) -> ECGEncoder:
     """Build, load weights (if a checkpoint is given) and freeze the encoder named by `spec`."""
     _load_builtin_and_plugins()
     if spec.name not in _REGISTRY:
+        from raybench.encoders.models import IMPORT_ERRORS
+
+        if spec.name in IMPORT_ERRORS:
+            raise KeyError(f"encoder {spec.name!r} failed to import: {IMPORT_ERRORS[spec.name]}")
         raise KeyError(f"unknown encoder {spec.name!r}; available: {sorted(_REGISTRY)} "
                        f"(plugins register in the {ENTRY_POINT_GROUP!r} entry-point group)")
     torch.manual_seed(spec.init_seed)
