@@ -276,7 +276,8 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
                     row.seed, row.reason)
     concepts = _concepts(layout, ok)
     stats = load_patient_stats([layout.root / str(c) / "patient_stats.npz" for c in ok.cell_dir], list(ok.cell_id),
-                               len(concepts), ev.coverage_threshold, cells_per_block=cells_per_block, put=True)
+                               len(concepts), ev.coverage_threshold, cells_per_block=cells_per_block, put=True,
+                               dtype=np.dtype(inf.gemm_dtype).type)
     draws = patient_bootstrap(stats, inf.patient_draws, inf.seed, inf.chunk_draws, num_workers)  # [D, cells, 3]
     point = stats.point  # [cells, 3]
 
