@@ -40,10 +40,12 @@ class SAEProtocol:
     aux_coef: float = 1.0 / 32.0
     dead_after_batches: int = 5
     std_floor: float = 1e-6
-    checkpoint_every: int = 2000  # in-trial checkpoint period (steps); never every step
+    checkpoint_every: int = 2000  # in-trial checkpoint period (steps); 0: only finished cells persist
 
     def validate(self) -> None:
-        _positive(self, "steps", "batch_size", "k_divisor", "aux_k", "dead_after_batches", "checkpoint_every")
+        _positive(self, "steps", "batch_size", "k_divisor", "aux_k", "dead_after_batches")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"sae.checkpoint_every must be >= 0, got {self.checkpoint_every}")
         if not (0 < self.lr < 1):
             raise ConfigError(f"sae.lr must be in (0, 1), got {self.lr}")
         for b in ("beta1", "beta2"):
@@ -275,7 +277,8 @@ def demo_protocol() -> Protocol:
     """Same structure as the paper (6 x 5 x 5 x 3 + sensitivity arm), laptop-sized training."""
     return Protocol(
         name="demo",
-        sae=SAEProtocol(steps=200, batch_size=128, k_divisor=8, aux_k=64, checkpoint_every=100),
+        # A demo stack trains in about a second: its finished cells are its checkpoints.
+        sae=SAEProtocol(steps=200, batch_size=128, k_divisor=8, aux_k=64, checkpoint_every=0),
         eval=EvalProtocol(selection_records=4096, repro_top=32, repro_permutations=100),
         inference=InferenceProtocol(patient_draws=2000, crossed_draws=10000, chunk_draws=500),
     )

@@ -13,7 +13,19 @@ import ray
 from raybench.config import ResourceConfig
 
 
+def quiet_ray_logs() -> None:
+    """raybench prints one progress display; keep Ray Data / Tune INFO chatter out of the terminal."""
+    import logging
+
+    for name in ("ray.data", "ray.tune", "ray.train"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV/JSON loggers per trial
+
+
 def init_ray(resources: ResourceConfig | None = None) -> None:
+    quiet_ray_logs()
     if ray.is_initialized():
         return
     resources = resources or ResourceConfig()
