@@ -245,3 +245,17 @@ def test_a_failed_rebuild_keeps_the_previous_manifest(root, tmp_path):
         M.build_ptbxl_manifest(root, out)
     assert M.load_manifest(out)[1] == info
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_fast_format16_reader_equals_wfdb(ptbxl_sample):
+    """read_record's direct int16 path gives exactly wfdb's physical signal (real PTB-XL records)."""
+    import wfdb
+
+    from raybench.cohorts.waveforms import LEADS, read_record
+
+    for rel in ("records500/00000/00001_hr", "records100/00000/00002_lr"):
+        ours = read_record(ptbxl_sample, rel).signal
+        rec = wfdb.rdrecord(str(ptbxl_sample / rel))
+        names = [n.upper() for n in rec.sig_name]
+        ref = np.stack([rec.p_signal[:, names.index(lead.upper())] for lead in LEADS]).astype(np.float32)
+        np.testing.assert_array_equal(ours, ref)

@@ -58,7 +58,14 @@ import pyarrow.parquet as pq
 
 from raybench.cohorts.panel import WAVEFORM_CONCEPTS
 from raybench.cohorts.split import SPLITS
-from raybench.cohorts.waveforms import LEADS, RecordError, canonical_lead, read_record, resolve_record_path
+from raybench.cohorts.waveforms import (
+    LEADS,
+    RecordError,
+    canonical_lead,
+    parse_header,
+    read_record,
+    resolve_record_path,
+)
 from raybench.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -93,15 +100,6 @@ class RecordCheck:
     detail: str = ""
 
 
-def _parse_header(text: str) -> tuple[int, float, int | None, list[list[str]]]:
-    lines = [ln.split() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    head = lines[0]
-    n_sig = int(head[1])
-    fs = float(head[2].split("/")[0].split("(")[0]) if len(head) > 2 else 250.0
-    sig_len = int(head[3]) if len(head) > 3 else None
-    return n_sig, fs, sig_len, lines[1:1 + n_sig]
-
-
 def check_record(root: Path, rel_path: str, fs: float, n_samples: int) -> RecordCheck:
     """Validate one record cheaply (header parse + one int16 read); never raises for bad records."""
     try:
@@ -112,7 +110,7 @@ def check_record(root: Path, rel_path: str, fs: float, n_samples: int) -> Record
     if not hea.exists():
         return RecordCheck(False, reason="missing_header", detail=f"{hea} not found; check the data root and rate")
     try:
-        n_sig, hfs, sig_len, sigs = _parse_header(hea.read_text())
+        n_sig, hfs, sig_len, sigs = parse_header(hea.read_text())
     except (ValueError, IndexError, UnicodeDecodeError) as err:
         return RecordCheck(False, reason="unreadable", detail=f"header {hea.name} cannot be parsed ({err})")
     if abs(hfs - fs) > 1e-6:

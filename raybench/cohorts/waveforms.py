@@ -47,39 +47,86 @@ def resolve_record_path(root: str | Path, rel_path: str) -> Path:
     return full
 
 
+def parse_header(text: str) -> tuple[int, float, int | None, list[list[str]]]:
+    """WFDB header -> (n_sig, fs, sig_len, the signal lines split into fields)."""
+    lines = [ln.split() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    head = lines[0]
+    n_sig = int(head[1])
+    fs = float(head[2].split("/")[0].split("(")[0]) if len(head) > 2 else 250.0
+    sig_len = int(head[3]) if len(head) > 3 else None
+    return n_sig, fs, sig_len, lines[1:1 + n_sig]
+
+
+def _read_format16(base: Path) -> tuple[np.ndarray, float, int | None, list[str]] | None:
+    """Fast path for the common layout (PTB-XL, MIMIC): one format-16 file holding every signal.
+
+    Returns (physical signal [n, n_sig] float64 with NaN for invalid samples, fs, header sig_len, names),
+    or None when the header is anything else (then wfdb's general reader runs).
+    """
+    try:
+        n_sig, fs, sig_len, sigs = parse_header(base.with_suffix(".hea").read_text())
+        if len(sigs) != n_sig or len({s[0] for s in sigs}) != 1 or any(s[1] != "16" for s in sigs):
+            return None
+        gains, baselines = [], []
+        for s in sigs:
+            gain_field = s[2] if len(s) > 2 else "200"
+            gain_txt = gain_field.split("/")[0]
+            baseline = None
+            if "(" in gain_txt:
+                gain_txt, baseline = gain_txt.rstrip(")").split("(")
+            gain = float(gain_txt) or 200.0
+            adc_zero = int(s[4]) if len(s) > 4 else 0
+            gains.append(gain)
+            baselines.append(int(baseline) if baseline is not None else adc_zero)
+        names = [" ".join(s[8:]) for s in sigs]
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+    digital = np.fromfile(base.parent / sigs[0][0], dtype="<i2")
+    if digital.size % n_sig:
+        return None  # truncated mid-frame: let wfdb report it
+    digital = digital.reshape(-1, n_sig)
+    physical = (digital - np.asarray(baselines, np.float64)) / np.asarray(gains, np.float64)
+    physical[digital == -32768] = np.nan
+    return physical, fs, sig_len, names
+
+
 def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
                 expect_samples: int | None = None) -> Waveform:
     """Load `root/rel_path` (.hea/.dat), reorder leads, and check rate, shape and values."""
-    import wfdb
-
     base = resolve_record_path(root, rel_path)
     if not base.with_suffix(".hea").exists():
         raise RecordError(rel_path, "missing_header", f"header {base}.hea not found; check the data root")
     try:
-        rec = wfdb.rdrecord(str(base))
+        fast = _read_format16(base)
+        if fast is not None:
+            sig, fs, sig_len, sig_names = fast
+        else:
+            import wfdb
+
+            rec = wfdb.rdrecord(str(base))
+            sig, fs, sig_len, sig_names = rec.p_signal, float(rec.fs), rec.sig_len, list(rec.sig_name)
     except Exception as err:  # wfdb raises many types for corrupt/truncated files
         raise RecordError(rel_path, "unreadable",
                           f"cannot read WFDB files ({type(err).__name__}: {err}); re-download the record") from err
-    sig = rec.p_signal
     if sig is None or sig.ndim != 2:
         raise RecordError(rel_path, "no_signal", "no physical signal in record; check the .dat file")
-    if sig.shape[0] != rec.sig_len:
+    if sig_len is not None and sig.shape[0] != sig_len:
         raise RecordError(rel_path, "shape_mismatch",
-                          f"header says {rec.sig_len} samples but data has {sig.shape[0]}; the .dat is truncated")
-    if expect_fs is not None and abs(float(rec.fs) - expect_fs) > 1e-6:
+                          f"header says {sig_len} samples but data has {sig.shape[0]}; the .dat is truncated")
+    if expect_fs is not None and abs(float(fs) - expect_fs) > 1e-6:
         raise RecordError(rel_path, "rate_mismatch",
-                          f"sampling rate {rec.fs} Hz, expected {expect_fs} Hz; use the matching records folder")
+                          f"sampling rate {fs} Hz, expected {expect_fs} Hz; use the matching records folder")
     if expect_samples is not None and sig.shape[0] != expect_samples:
         raise RecordError(rel_path, "length_mismatch",
                           f"{sig.shape[0]} samples, expected {expect_samples}; the record is truncated or mislabeled")
     index = {}
-    for i, name in enumerate(rec.sig_name):
+    for i, name in enumerate(sig_names):
         lead = canonical_lead(name)
         if lead is not None and lead not in index:
             index[lead] = i
     missing = [lead for lead in LEADS if lead not in index]
     if missing:
-        raise RecordError(rel_path, "missing_leads", f"leads {missing} absent (header has {rec.sig_name})")
+        raise RecordError(rel_path, "missing_leads", f"leads {missing} absent (header has {sig_names})")
     signal = np.stack([sig[:, index[lead]] for lead in LEADS]).astype(np.float32)
     bad = [LEADS[i] for i in range(12) if not np.all(np.isfinite(signal[i]))]
     if bad:
@@ -87,4 +134,4 @@ def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
     flat = [LEADS[i] for i in range(12) if float(np.ptp(signal[i])) == 0.0]
     if flat:
         raise RecordError(rel_path, "flat_lead", f"flat (constant) leads {flat}; electrode off or empty channel")
-    return Waveform(signal=signal, fs=float(rec.fs), record=rel_path)
+    return Waveform(signal=signal, fs=float(fs), record=rel_path)
