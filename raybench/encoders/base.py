@@ -150,7 +150,30 @@ def build_encoder(spec: EncoderSpec) -> ECGEncoder:
             raise KeyError(f"encoder {spec.name!r} failed to import: {IMPORT_ERRORS[spec.name]}")
         raise KeyError(f"unknown encoder {spec.name!r}; available: {sorted(_REGISTRY)} "
                        f"(plugins register in the {ENTRY_POINT_GROUP!r} entry-point group)")
+    return build_with(_REGISTRY[spec.name], spec)
+
+
+def build_with(factory: EncoderFactory, spec: EncoderSpec) -> ECGEncoder:
+    """Seeded build + profile + freeze: what every worker does with a factory."""
     torch.manual_seed(spec.init_seed)
-    model = _REGISTRY[spec.name](spec)
+    model = factory(spec)
     model.profile = spec.profile
     return freeze(model)
+
+
+def worker_builder(name: str) -> Callable[[EncoderSpec], ECGEncoder] | None:
+    """A builder to ship to Ray workers for an encoder registered at run time in this process.
+
+    Built-in and entry-point encoders register themselves in every worker, so they need none (None);
+    a model registered with `register_encoder` in the driver only (a notebook, a script) travels as its
+    factory, pickled with the builder.
+    """
+    import functools
+
+    from raybench.encoders.models import BUILTIN
+
+    _load_builtin_and_plugins()
+    plugins = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if name in BUILTIN or name in plugins or name not in _REGISTRY:
+        return None
+    return functools.partial(build_with, _REGISTRY[name])

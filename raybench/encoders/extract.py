@@ -28,7 +28,7 @@ import torch
 
 from raybench.cohorts.waveforms import RecordError, read_record
 from raybench.config import EncoderConfig, layer_for_depth
-from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder
+from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, worker_builder
 from raybench.encoders.store import QUARANTINE_COLUMNS, ActivationStore
 
 Builder = Callable[[EncoderSpec], ECGEncoder]
@@ -215,6 +215,7 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
 
     manifest = read_manifest_records(manifest_path)
     store = ActivationStore.for_run(run_root)
+    builder = builder or worker_builder(spec.name)  # run-time registrations travel to the workers
     build = builder or build_encoder
     encoder = build(spec)
     fingerprint = encoder.fingerprint()

@@ -1,0 +1,131 @@
+"""The analysis tells models apart: an encoder built to expose concepts more directly ranks first on
+accessibility, and its paired contrast against the runner-up has a bootstrap CI excluding 0.
+
+Real stages end to end: synthetic cohort -> manifest -> Ray Data extraction (the oracle is shipped to
+the workers as a `builder`) -> Tune grid -> analyze_run. The oracle (tests/oracle_encoder.py) sees
+only the waveform; nothing reads the cohort's ground truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from raybench.config import (
+    CohortConfig,
+    EncoderConfig,
+    GridProtocol,
+    ResourceConfig,
+    RunConfig,
+    demo_protocol,
+)
+from raybench.paths import RunLayout
+from tests.oracle_encoder import N_FEATURES, OracleEncoder, beat_features, build_oracle
+from tests.oracle_encoder import NAME as ORACLE
+
+DEMO_MODELS = ("csfm", "ecg_jepa")
+
+
+def _hann_train(t: np.ndarray, centres: np.ndarray, width: float) -> np.ndarray:
+    return sum(np.where(np.abs(t - c) < width / 2, 0.5 * (1 + np.cos(2 * np.pi * (t - c) / width)), 0.0)
+               for c in centres)
+
+
+def test_oracle_measures_rate_amplitudes_and_intervals_of_a_known_beat_train():
+    """Guards the slow test against an oracle that silently measures nothing: a hand-built 12-lead train
+    (80-ms QRS every 800 ms with lead amplitudes 0.4..2 mV, a 160-ms T wave 300 ms later)."""
+    fs = 500.0
+    t = np.arange(5000) / fs
+    beats = np.arange(0.3, 10.0, 0.8)
+    r_amp, t_amp = np.linspace(0.4, 2.0, 12), np.linspace(-0.3, 0.5, 12)
+    x = r_amp[:, None] * _hann_train(t, beats, 0.08) + t_amp[:, None] * _hann_train(t, beats + 0.3, 0.16)
+    f = beat_features(x.astype(np.float32), fs)
+    assert f.shape == (N_FEATURES,) and f.dtype == np.float32
+    np.testing.assert_allclose(f[:12], r_amp, rtol=0.05)  # R maximum per lead
+    big = np.abs(t_amp) > 0.05
+    np.testing.assert_allclose(f[36:48][big], t_amp[big], rtol=0.1)  # signed T extreme per lead
+    rr, qrs, qt = f[60] * 1000, f[61] * 100, f[62] * 400
+    assert abs(rr - 800) < 16 and 50 < qrs < 100 and 300 < qt < 460, (rr, qrs, qt)
+    states = OracleEncoder().layer_states(torch.from_numpy(np.stack([f, 2 * f])))
+    assert states.shape == (2, 2, 64) and not torch.allclose(states[0], states[1])
+
+
+def _config(run_dir) -> RunConfig:
+    """3 models x 2 depths x E (1, 4) x 2 seeds = 24 cells, no sensitivity arm; 240 single-record patients."""
+    p = demo_protocol()
+    p = replace(p, sae=replace(p.sae, steps=150, batch_size=64, checkpoint_every=150),
+                grid=GridProtocol(models=(ORACLE, *DEMO_MODELS), depths=(0.0, 1.0), expansions=(1, 4),
+                                  seeds=(4311, 4312), sensitivity_depth=None),
+                inference=replace(p.inference, patient_draws=500, crossed_draws=200, chunk_draws=250))
+    return RunConfig(run_dir=str(run_dir), protocol=p,
+                     cohort=CohortConfig(kind="synth", records=240, patients=240, seed=11),
+                     encoders=EncoderConfig(size="demo", batch_size=48),
+                     resources=ResourceConfig(trial_unit="model")).validate()
+
+
+@pytest.mark.slow
+def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray_cluster):
+    from raybench.analysis.tables import analyze_run
+    from raybench.cohorts.ptbxl import build_synth_manifest
+    from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.encoders.base import EncoderSpec, build_encoder
+    from raybench.encoders.extract import extract_activations
+    from raybench.sae.cells import audited_layers
+    from raybench.sae.grid import run_grid
+
+    cfg = _config(tmp_path / "run")
+    layout = RunLayout.at(cfg.run_dir)
+    generate_synth_cohort(layout.cohort_dir, cfg.cohort.records, cfg.cohort.patients, cfg.cohort.seed)
+    build_synth_manifest(layout.cohort_dir, layout.manifest_dir)
+    for model in cfg.protocol.grid.models:
+        spec = EncoderSpec(name=model, size="demo")
+        builder = build_oracle if model == ORACLE else None
+        n_layers = (builder or build_encoder)(spec).n_layers
+        extract_activations(layout.manifest, layout.root, spec, cfg.encoders, builder=builder, progress=False,
+                            layers=audited_layers(cfg.protocol, n_layers))
+
+    cells = run_grid(cfg)
+    assert len(cells) == 24 and (cells["status"] == "ok").all(), cells["status"].tolist()
+    tables = analyze_run(layout.root, cfg.protocol, cohort_kind="synth")
+
+    prof = tables["profiles"]
+    acc = prof[prof.metric == "accessibility"].set_index("model")
+    assert set(acc.index) == {ORACLE, *DEMO_MODELS}
+    assert acc["auc"].idxmax() == ORACLE, acc
+    assert acc["rank1_prob"].idxmax() == ORACLE and acc.loc[ORACLE, "rank1_prob"] > 0.95, acc
+    assert acc["mean_rank"].idxmin() == ORACLE and acc.loc[ORACLE, "mean_rank"] < 1.1, acc
+    runner_up = acc.drop(ORACLE)["auc"].idxmax()
+
+    con = tables["contrasts"]
+    row = con[(con.metric == "accessibility") & (con.model_a == ORACLE) & (con.model_b == runner_up)]
+    assert len(row) == 1, con[con.metric == "accessibility"]
+    row = row.iloc[0]
+    assert row["diff"] > 0 and row["ci_low"] > 0, row
+    assert row["p_bh"] < 0.05, row
+    # the written tables are the returned ones
+    on_disk = pd.read_parquet(layout.tables_dir / "contrasts.parquet")
+    assert np.allclose(on_disk.loc[on_disk.metric == "accessibility", "ci_low"],
+                       con.loc[con.metric == "accessibility", "ci_low"])
+
+
+def test_an_encoder_registered_at_run_time_reaches_the_ray_workers(tmp_path, ray_cluster):
+    """No builder, no entry point: `register_encoder` in the driver is enough for Ray Data extraction."""
+    from raybench.cohorts.ptbxl import build_synth_manifest
+    from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.encoders.base import EncoderSpec
+    from raybench.encoders.extract import extract_activations, plain_loop_activations
+    from raybench.encoders.store import ActivationStore
+
+    generate_synth_cohort(tmp_path / "cohort", 40, 20, seed=2)
+    build_synth_manifest(tmp_path / "cohort", tmp_path / "manifest")
+    manifest = tmp_path / "manifest" / "manifest.parquet"
+    spec = EncoderSpec(name=ORACLE, size="demo")
+    extract_activations(manifest, tmp_path, spec, EncoderConfig(size="demo", batch_size=16), layers=[1],
+                        progress=False)
+    ref = plain_loop_activations(manifest, spec, layers=[1])
+    store = ActivationStore(RunLayout.at(tmp_path).activations_dir)
+    np.testing.assert_allclose(store.load(ORACLE, 1, "train"), ref[1]["train"], atol=1e-6)
