@@ -17,10 +17,31 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"  # the port-forwarded dashboard
 LAST_JOB_FILE = os.path.join(os.path.expanduser("~"), ".raybench_last_job")
 
 
+def auth_token() -> str | None:
+    """The cluster token, looked up like Ray does: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token.
+
+    Ray's HTTP client sends it only when RAY_AUTH_MODE=token is set in this process, but `ray start`
+    enables token auth whenever a token file exists, so a bare JobSubmissionClient gets 401 from a
+    default local cluster. RAY_AUTH_MODE=disabled opts out.
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        return None
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if token:
+        return token
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    if os.path.isfile(path):
+        with open(path) as fh:
+            return fh.read().strip() or None
+    return None
+
+
 def _client(address: str | None):
     from ray.job_submission import JobSubmissionClient
 
-    return JobSubmissionClient(address or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS)
+    token = auth_token()
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return JobSubmissionClient(address or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS, headers=headers)
 
 
 def _remember(job_id: str) -> None:

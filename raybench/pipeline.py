@@ -246,5 +246,8 @@ def grid(config_path: str | None, run_dir: str | None, address: str | None, num_
         cfg = replace(cfg, resources=replace(cfg.resources, address=address or cfg.resources.address,
                                              num_cpus=num_cpus or cfg.resources.num_cpus))
     timings = run_pipeline(cfg)
-    layout = RunLayout.at(cfg.run_dir)
-    click.echo(f"total {timings['total']:.1f} s; report: {layout.report.resolve()}")
+    from raybench.storage import is_remote
+
+    report = f"{cfg.run_dir.rstrip('/')}/report.html" if is_remote(cfg.run_dir) else \
+        RunLayout.at(cfg.run_dir).report.resolve()
+    click.echo(f"total {timings['total']:.1f} s; report: {report}")

@@ -21,7 +21,6 @@ def quiet_ray_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV/JSON loggers per trial
 
 
 def init_ray(resources: ResourceConfig | None = None) -> None:

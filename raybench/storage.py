@@ -33,6 +33,25 @@ def _fs(uri: str):
     return fs, path.rstrip("/")
 
 
+def arrow_filesystem(uri: str):
+    """(pyarrow filesystem, path inside it) for a remote URI, e.g. Ray Tune's `storage_filesystem`.
+
+    pyarrow's S3FileSystem ignores AWS_ENDPOINT_URL(_S3), so an S3-compatible endpoint (MinIO, moto,
+    ...) is passed explicitly. `allow_delayed_open` sends small objects in one PUT instead of a
+    multipart upload (fewer round trips; also sidesteps moto 5.2.1's malformed
+    CompleteMultipartUpload reply, getmoto/moto#10055).
+    """
+    from pyarrow import fs as pafs
+
+    scheme, _, rest = str(uri).partition("://")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if scheme in ("s3", "s3a") and endpoint:
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        return pafs.S3FileSystem(endpoint_override=endpoint, region=region, allow_delayed_open=True), rest.rstrip("/")
+    fs, path = pafs.FileSystem.from_uri(str(uri))
+    return fs, path.rstrip("/")
+
+
 def local_mirror(uri: str | os.PathLike) -> Path:
     """The node-local folder that mirrors a run URI (the folder itself for local paths)."""
     if not is_remote(uri):
