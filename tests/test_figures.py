@@ -86,3 +86,10 @@ def test_heatmap_marks_the_peak_cell(tmp_path):
         i, j = np.unravel_index(np.argmax(grid.to_numpy()), grid.shape)
         (box,) = ax.patches
         assert box.get_xy() == (j - 0.5, i - 0.5)
+
+
+def test_error_bars_never_negative_when_the_point_lies_outside_its_interval():
+    from raybench.analysis.figures import error_bars
+
+    bars = error_bars([0.30, 0.10], [0.32, 0.05], [0.40, 0.12])
+    np.testing.assert_allclose(bars, [[0.0, 0.05], [0.10, 0.02]])

@@ -233,6 +233,13 @@ def fig_matched_scale_curves(t: Tables) -> Figure | None:
     return fig
 
 
+def error_bars(point, low, high) -> np.ndarray:
+    """[2, n] distances for errorbar. A percentile interval need not contain the point estimate (mean |r| is
+    biased upward under resampling), so a side that would be negative is drawn as zero."""
+    point, low, high = (np.asarray(a, dtype=float) for a in (point, low, high))
+    return np.clip(np.stack([point - low, high - point]), 0.0, None)
+
+
 def fig_forest_auc(t: Tables) -> Figure | None:
     prof = t["profiles"]
     crossed = t.get("crossed")
@@ -245,11 +252,11 @@ def fig_forest_auc(t: Tables) -> Figure | None:
     for ax, metric in zip(axes, metrics, strict=True):
         sub = prof[prof.metric == metric].sort_values(["auc", "model"], ascending=[True, True])
         y = np.arange(len(sub))
-        ax.errorbar(sub.auc, y, xerr=[sub.auc - sub.ci_low, sub.ci_high - sub.auc], fmt="o", color="C0",
+        ax.errorbar(sub.auc, y, xerr=error_bars(sub.auc, sub.ci_low, sub.ci_high), fmt="o", color="C0",
                     ms=4.5, capsize=2.5, label="patient bootstrap 95% CI")
         if crossed is not None and (crossed.metric == metric).any():
             c = crossed[crossed.metric == metric].set_index("model").reindex(sub.model)
-            ax.errorbar(c.auc, y - 0.25, xerr=[c.auc - c.ci_low, c.ci_high - c.auc], fmt="s", color="0.45",
+            ax.errorbar(c.auc, y - 0.25, xerr=error_bars(c.auc, c.ci_low, c.ci_high), fmt="s", color="0.45",
                         ms=3, capsize=2, label="crossed bootstrap 95% CI")
         if "published" in sub and sub.published.notna().any():
             ax.plot(sub.published, y + 0.22, "x", color="C3", ms=5, label="published")

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from raybench.analysis.figures import error_bars
 from raybench.analysis.secondary import SecondaryConfig, concept_families, save_figure
 from raybench.analysis.secondary.estimators import (
     batch_topk_codes,
@@ -242,7 +243,7 @@ def _figure(tables: dict[str, pd.DataFrame], methods: list[str], out: Path, expa
                 lo = [s["unit_ci_low"].get((mm, m), np.nan) for mm in models]
                 hi = [s["unit_ci_high"].get((mm, m), np.nan) for mm in models]
                 xs = x + (i - (len(methods) - 1) / 2) * width
-                ax.errorbar(xs, vals, yerr=[np.subtract(vals, lo), np.subtract(hi, vals)], fmt="none",
+                ax.errorbar(xs, vals, yerr=error_bars(vals, lo, hi), fmt="none",
                             ecolor="black", elinewidth=0.8, capsize=2)
         ax.set_xticks(x, [model_label(m) for m in models], rotation=30, ha="right")
         ax.set_ylabel("Held-out mean |r|")
@@ -251,8 +252,7 @@ def _figure(tables: dict[str, pd.DataFrame], methods: list[str], out: Path, expa
         if not margin.empty:
             mg = margin.set_index("model").reindex(models)
             v = mg["sae_minus_random"].to_numpy()
-            ax2.errorbar(v, np.arange(len(models)), xerr=[v - mg["random_ci_low"].to_numpy(),
-                                                          mg["random_ci_high"].to_numpy() - v],
+            ax2.errorbar(v, np.arange(len(models)), xerr=error_bars(v, mg["random_ci_low"], mg["random_ci_high"]),
                          fmt="o", color="#c0392b", capsize=3)
             ax2.axvline(0, color="0.3", lw=0.8, ls="--")
             ax2.set_yticks(np.arange(len(models)), [model_label(m) for m in models])
