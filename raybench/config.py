@@ -293,7 +293,7 @@ def demo_run(run_dir: str = "runs/demo") -> RunConfig:
         run_dir=run_dir,
         protocol=demo_protocol(),
         cohort=CohortConfig(kind="synth", records=1500, patients=500, seed=7),
-        encoders=EncoderConfig(size="demo", batch_size=64),
+        encoders=EncoderConfig(size="demo", batch_size=64, min_actors=2, max_actors=2),  # both cores
         resources=ResourceConfig(trial_unit="model"),  # 12 trials: per-trial start-up dominates tiny SAEs
     ).validate()
 
