@@ -29,7 +29,8 @@ def is_remote(uri: str | os.PathLike) -> bool:
 def _fs(uri: str):
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(uri)
+    # no instance cache: a cached S3 client would keep an old endpoint/credentials from the environment
+    fs, path = fsspec.core.url_to_fs(uri, skip_instance_cache=True)
     return fs, path.rstrip("/")
 
 
