@@ -3,7 +3,7 @@
 Generates a synthetic PTB-XL-shaped cohort (500 Hz x 10 s WFDB records), builds its manifest, then for
 each model times, end to end (encoder build included on both sides, all layers stored):
   * plain loop   - `plain_loop_activations` in this process (torch uses every core), and
-  * Ray path     - `extract_activations` on a local Ray instance with --cpus CPUs, one encoder actor.
+  * Ray path     - `extract_activations` on a local Ray instance with --cpus CPUs and --actors encoder actors.
 Prints records/s, the Ray/plain ratio (target >= 0.85 on 2 cores), and store bytes per record per
 layer vs raw float32 (d * 4). Random init (no checkpoints).
 
@@ -28,6 +28,7 @@ def main() -> None:
     ap.add_argument("--size", choices=["demo", "full"], default="full")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
+    ap.add_argument("--actors", type=int, default=1, help="encoder actors (each gets cores // actors torch threads)")
     ap.add_argument("--workdir", default=None, help="keep the cohort and stores here (default: a temp dir)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="timings per path; the order alternates (plain first, then Ray first) to even out drift")
@@ -56,7 +57,7 @@ def main() -> None:
           f"cores {os.cpu_count()}", flush=True)
 
     ray.init(num_cpus=args.cpus, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    cfg = EncoderConfig(size=args.size, batch_size=args.batch_size)
+    cfg = EncoderConfig(size=args.size, batch_size=args.batch_size, min_actors=args.actors, max_actors=args.actors)
     results = []
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         spec = EncoderSpec(model, size=args.size)
