@@ -78,6 +78,15 @@ def load_extracted(model: nn.Module, path: str | Path, extract: Callable[[object
     load_state_dict_strict(model, state, source)
 
 
+def build_sized(cls: Callable, full: object, demo: object, spec, load: Callable[[nn.Module, str], None]) -> nn.Module:
+    """The shared factory body: the published (full) or demo config, then the checkpoint if one is given."""
+    model = cls(full if spec.size == "full" else demo)
+    if spec.checkpoint:
+        load(model, spec.checkpoint)
+    model.profile = spec.profile
+    return model
+
+
 def require_dict_entry(obj: object, key: str, source: str, fmt: str) -> Mapping[str, torch.Tensor]:
     """`obj[key]` when obj is a dict holding a state dict there; else a CheckpointError naming the format."""
     if not isinstance(obj, Mapping) or key not in obj or not isinstance(obj[key], Mapping):

@@ -20,6 +20,7 @@ from torch import nn
 
 from raybench.encoders.base import CheckpointError, ECGEncoder, EncoderSpec, register_encoder
 from raybench.encoders.models._vit import (
+    build_sized,
     check_input,
     crop_center_or_pad_end,
     fft_resample,
@@ -188,8 +189,4 @@ def load_checkpoint(model: CSFMEncoder, path: str) -> None:
 
 @register_encoder("csfm")
 def build(spec: EncoderSpec) -> CSFMEncoder:
-    model = CSFMEncoder(FULL if spec.size == "full" else DEMO)
-    if spec.checkpoint:
-        load_checkpoint(model, spec.checkpoint)
-    model.profile = spec.profile
-    return model
+    return build_sized(CSFMEncoder, FULL, DEMO, spec, load_checkpoint)

@@ -19,6 +19,7 @@ from torch import nn
 
 from raybench.encoders.base import ECGEncoder, EncoderSpec, register_encoder
 from raybench.encoders.models._vit import (
+    build_sized,
     check_input,
     crop_center_or_pad_end,
     fft_resample,
@@ -166,8 +167,4 @@ def load_checkpoint(model: ECGJEPAEncoder, path: str) -> None:
 
 @register_encoder("ecg_jepa")
 def build(spec: EncoderSpec) -> ECGJEPAEncoder:
-    model = ECGJEPAEncoder(FULL if spec.size == "full" else DEMO)
-    if spec.checkpoint:
-        load_checkpoint(model, spec.checkpoint)
-    model.profile = spec.profile
-    return model
+    return build_sized(ECGJEPAEncoder, FULL, DEMO, spec, load_checkpoint)

@@ -20,6 +20,7 @@ from torch import nn
 
 from raybench.encoders.base import ECGEncoder, EncoderSpec, register_encoder
 from raybench.encoders.models._vit import (
+    build_sized,
     check_input,
     fft_resample,
     fused_attention,
@@ -194,8 +195,4 @@ def load_checkpoint(model: STMEMEncoder, path: str) -> None:
 
 @register_encoder("st_mem")
 def build(spec: EncoderSpec) -> STMEMEncoder:
-    model = STMEMEncoder(FULL if spec.size == "full" else DEMO)
-    if spec.checkpoint:
-        load_checkpoint(model, spec.checkpoint)
-    model.profile = spec.profile
-    return model
+    return build_sized(STMEMEncoder, FULL, DEMO, spec, load_checkpoint)
