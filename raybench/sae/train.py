@@ -266,7 +266,7 @@ def _aux_grads(p: torch.Tensor, dead: torch.Tensor, aux_k: int, coef: float, e: 
     kx = cols.numel() // b
     uniq = torch.unique(cols)
     if uniq.numel() <= AUX_BLOCK_MAX_RATIO * kx:
-        z = torch.zeros(b, uniq.numel(), device=p.device)
+        z = torch.zeros(b, uniq.numel(), device=p.device, dtype=p.dtype)
         z[rows, torch.searchsorted(uniq, cols.contiguous())] = vals
         wu, weu = F.embedding(uniq, w_dec), F.embedding(uniq, w_enc)
         ea = z @ wu + e  # aux recon - (x - x_hat)
@@ -307,12 +307,14 @@ def train_stack(
     on_checkpoint: Callable[[int, dict], None] | None = None,
     checkpoint_every: int = 0,
     implementation: str = "sparse",
+    dtype: torch.dtype = torch.float32,
 ) -> TrainResult:
     """Train len(cfgs) SAEs (same d, N, k; own seeds) on raw train activations [n, d].
 
     `state` (from on_checkpoint) resumes exactly where it was taken; checkpoints are CPU-only
     plain dicts of tensors/arrays, safe to hand to Ray. `implementation`: "sparse" (fast at
     large N), "dense" (autograd reference), "auto" (dense only for codes denser than 1/32).
+    `dtype` float64 is for numerical checks: it takes rounding out of sparse-vs-dense comparisons.
     """
     _check_cfgs(cfgs)
     c0 = cfgs[0]
@@ -323,13 +325,13 @@ def train_stack(
         raise ValueError(f"x_train must be [n, d={c0.d}], got shape {x_train.shape}")
     normalizer = Normalizer.fit(x_train, c0.std_floor)
     dev = torch.device(device)
-    x = torch.from_numpy(normalizer.apply(x_train)).to(dev)
-    sae = StackedBatchTopKSAE.from_seeds([c.seed for c in cfgs], c0.d, c0.n_latents, c0.k).to(dev)
+    x = torch.from_numpy(normalizer.apply(x_train)).to(dev, dtype)
+    sae = StackedBatchTopKSAE.from_seeds([c.seed for c in cfgs], c0.d, c0.n_latents, c0.k).to(dev, dtype)
     stepper = _Stepper(sae, cfgs, implementation)
     batchers = [_Batcher(x.shape[0], c0.batch_size, c.seed) for c in cfgs]
     steps, s_n = c0.steps, len(cfgs)
-    loss_mse = np.zeros((s_n, steps), dtype=np.float32)
-    loss_aux = np.zeros((s_n, steps), dtype=np.float32)
+    loss_mse = np.zeros((s_n, steps), dtype=np.float64)
+    loss_aux = np.zeros((s_n, steps), dtype=np.float64)
     start = 0
     if state is not None:
         if state.get("version") != STATE_VERSION or state.get("seeds") != [c.seed for c in cfgs]:
