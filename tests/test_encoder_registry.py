@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import textwrap
 
@@ -27,6 +28,7 @@ def builtin_package(monkeypatch):
         pytest.skip(f"raybench.encoders.models does not import yet ({err}): built-in adapters incomplete")
     if getattr(pkg, "__file__", None) is None:
         pytest.skip("raybench.encoders.models was bypassed by an adapter test while the package was incomplete")
+    pkg.load_builtin()  # adapters import on demand; register all six before taking the private copy
     monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
 
 
@@ -48,6 +50,16 @@ class Toy(ECGEncoder):
     def layer_states(self, x: torch.Tensor) -> torch.Tensor:
         h1 = self.a(x)
         return torch.stack([h1, self.b(h1)])
+
+
+def test_building_one_builtin_imports_only_its_adapter():
+    """HuBERT-ECG's transformers import is paid only by HuBERT-ECG (Ray actors start faster)."""
+    code = ("import sys; from raybench.encoders.base import build_encoder, EncoderSpec; "
+            "build_encoder(EncoderSpec('ecg_jepa', size='demo')); "
+            "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('raybench.encoders.models.')), "
+            "'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-1] == "False" and "hubert_ecg" not in out and "ecg_jepa" in out, out
 
 
 def test_register_encoder_from_a_test_module():

@@ -127,9 +127,16 @@ def register_encoder(name: str) -> Callable[[EncoderFactory], EncoderFactory]:
     return deco
 
 
-def _load_builtin_and_plugins() -> None:
-    import raybench.encoders.models  # noqa: F401  (registers the six built-in adapters)
+def _load_builtin_and_plugins(name: str | None = None) -> None:
+    """Register the built-in adapters and entry-point plugins: all of them, or just what `name` needs."""
+    from raybench.encoders.models import BUILTIN, load_builtin
 
+    if name is not None and name in _REGISTRY:
+        return
+    if name in BUILTIN:
+        load_builtin([name])
+        return
+    load_builtin()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name not in _REGISTRY:
             _REGISTRY[ep.name] = ep.load()
@@ -142,7 +149,7 @@ def available_encoders() -> list[str]:
 
 def build_encoder(spec: EncoderSpec) -> ECGEncoder:
     """Build, load weights (if a checkpoint is given) and freeze the encoder named by `spec`."""
-    _load_builtin_and_plugins()
+    _load_builtin_and_plugins(spec.name)
     if spec.name not in _REGISTRY:
         from raybench.encoders.models import IMPORT_ERRORS
 
@@ -172,7 +179,7 @@ def worker_builder(name: str) -> Callable[[EncoderSpec], ECGEncoder] | None:
 
     from raybench.encoders.models import BUILTIN
 
-    _load_builtin_and_plugins()
+    _load_builtin_and_plugins(name)
     plugins = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if name in BUILTIN or name in plugins or name not in _REGISTRY:
         return None

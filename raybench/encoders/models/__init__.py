@@ -1,4 +1,5 @@
-"""The six built-in adapters; importing this package registers them.
+"""The six built-in adapters, imported on demand: building one model imports only its module (HuBERT-ECG
+pulls in transformers, which the others do not need), listing them imports all.
 
 Each adapter is imported on its own, so one that cannot import (e.g. a missing optional dependency)
 does not take the others down; its error is kept in IMPORT_ERRORS and reported by build_encoder.
@@ -7,12 +8,18 @@ does not take the others down; its error is kept in IMPORT_ERRORS and reported b
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 
 BUILTIN = ("cardiac_fm", "csfm", "ecg_fm", "ecg_jepa", "hubert_ecg", "st_mem")
 IMPORT_ERRORS: dict[str, str] = {}
 
-for _name in BUILTIN:
-    try:
-        importlib.import_module(f"{__name__}.{_name}")
-    except ImportError as _err:  # pragma: no cover - depends on the environment
-        IMPORT_ERRORS[_name] = f"{type(_err).__name__}: {_err}"
+
+def load_builtin(names: Iterable[str] = BUILTIN) -> None:
+    """Import (and so register) the named built-in adapters; failures land in IMPORT_ERRORS."""
+    for name in names:
+        if name not in BUILTIN:
+            continue
+        try:
+            importlib.import_module(f"{__name__}.{name}")
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            IMPORT_ERRORS[name] = f"{type(err).__name__}: {err}"
