@@ -50,11 +50,12 @@ def test_ladder_orders_on_the_synthetic_cohort(tmp_path, ray_cluster):
 
     tables = run_calibration(layout.root, p, SecondaryConfig(random_dictionaries=10))
     acc = tables["calibration"].set_index("method")["accessibility"]
-    print(tables["calibration"][["method", "accessibility", "coverage"]].to_string())
     ladder = [float(acc[m]) for m in LADDER]
     assert ladder == sorted(ladder, reverse=True), dict(zip(LADDER, ladder, strict=True))
     assert ladder[0] - ladder[1] > 0.1, "a full code should not read as much as the dense state it compresses"
     assert acc["sae_single"] > acc["random_single"] + 0.03, acc
+    order = tables["calibration_order"].iloc[0]
+    assert order["model"] == ORACLE and bool(order["all_hold"]), order
     margin = tables["calibration_margin"].iloc[0]
     assert margin["random_ci_low"] > 0 and margin["win_rate"] > 0.5, margin
     written = pd.read_parquet(layout.tables_dir / "calibration.parquet")

@@ -83,7 +83,7 @@ def tiny_run(tmp_path_factory, ray_cluster):
 def test_three_analyses_write_tables_and_figures(tiny_run):
     root, cfg, tables = tiny_run
     layout = RunLayout.at(root)
-    for name in ("calibration", "calibration_depth", "calibration_paired", "calibration_margin",
+    for name in ("calibration", "calibration_depth", "calibration_paired", "calibration_margin", "calibration_order",
                  "calibration_concepts", "harmonization", "harmonization_contrasts", "harmonization_rank",
                  "harmonization_concepts", "intervention", "intervention_contrasts", "intervention_concepts",
                  "intervention_designs"):
@@ -189,3 +189,17 @@ def test_ladder_order_on_planted_sparse_activations():
     assert mean_abs("sae_single") > mean_abs("random_single") + 0.1, (mean_abs("sae_single"), mean_abs("random_single"))
     assert sorted(u for mm, u in r if mm == "random_single") == [0, 1, 2, 3]
     assert sorted(u for mm, u in r if mm == "sae_single") == [1, 2]
+
+
+def test_ladder_order_flags_each_step_by_hand():
+    from raybench.analysis.secondary.calibration import ladder_order
+
+    acc = {"a": (0.7, 0.5, 0.4, 0.3, 0.25, 0.2), "b": (0.4, 0.2, 0.22, 0.2, 0.1, 0.1)}
+    methods = ("dense_ridge", "sae_ridge", "sae_top16", "sae_top4", "sae_single", "random_single")
+    summary = pd.DataFrame([{"model": m, "method": k, "accessibility": v}
+                            for m, vals in acc.items() for k, v in zip(methods, vals, strict=True)])
+    order = ladder_order(summary).set_index("model")
+    assert bool(order.loc["a", "all_hold"]) and not bool(order.loc["b", "all_hold"])
+    assert not bool(order.loc["b", "sae_ridge_ge_sae_top16"]) and bool(order.loc["b", "dense_ridge_ge_sae_ridge"])
+    assert not bool(order.loc["b", "sae_single_ge_random_single"]), "ties with random are not a win"
+    assert order.loc["b", "margin_sae_ridge_sae_top16"] == pytest.approx(-0.02)

@@ -377,7 +377,11 @@ for _s in (
             "Validation R² and dead fraction of every primary cell (mean over seeds); the fidelity gate is "
             "R² ≥ .90 and dead fraction < .20.", figures=("atlas_*",), body=_cells_body, claims=("cells",),
             needs=("cells",)),
-    Section("calibration", "Calibration ladder", "Ridge probes vs single SAE / dense / random coordinates at E = 8.",
+    Section("calibration", "Calibration ladder",
+            "Ridge probes vs single SAE / dense / random coordinates at E = 8. An encoder that carries the concepts "
+            "should order dense ridge ≥ full-code ridge ≥ top-16 ≥ top-4 and learned single coordinates above "
+            "random dictionaries; calibration_order says which steps hold per model (random-init demo encoders "
+            "carry the concepts too weakly for the middle steps to separate).",
             figures=("calibration*",), tables=("calibration*",), optional=True),
     Section("harmonization", "Input harmonization",
             "Dense-coordinate accessibility and linear CKA under native, lead, temporal and joint harmonization.",

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from raybench.config import Protocol, RunConfig, from_dict, to_dict
-from raybench.io import write_table
+from raybench.io import write_json, write_table
 from raybench.paths import RunLayout
 from raybench.sae.cells import CellSpec, ModelDims, build_cells, group_trials
 from raybench.sae.data import load_cell_data
@@ -98,14 +98,14 @@ def train_cells_trial(config: dict[str, Any]) -> None:
         ids = [c.cell_id for c in todo]
         state = resume["state"] if resume is not None and resume.get("cell_ids") == ids else None
         _train_and_save(layout, protocol, todo, loaded[key], device, state, config["config_hash"],
-                        {"cells_trained": trained, "cells_total": total}, remote)
+                        {"cells_trained": trained, "cells_total": total}, remote, config.get("hold_dir"))
         trained += len(todo)
     tune.report({"cells_trained": trained, "cells_total": total})
 
 
 def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec], data, device: str,
                     state: dict | None, config_hash: str, progress: dict[str, int],
-                    remote_uri: str | None = None) -> None:
+                    remote_uri: str | None = None, hold_dir: str | None = None) -> None:
     """Train one stack (the seeds of a cell) together, then evaluate and save each SAE atomically."""
     import torch
     from ray import tune
@@ -122,6 +122,7 @@ def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec],
         with tempfile.TemporaryDirectory() as tmp:
             torch.save({"cell_ids": ids, "state": st}, Path(tmp) / "state.pt")
             tune.report({"step": step, **progress}, checkpoint=tune.Checkpoint.from_directory(tmp))
+        _maybe_hold(hold_dir, ids)
 
     t0 = time.perf_counter()
     result = train_stack(data.acts["train"], cfgs, device=device, state=state, on_checkpoint=on_checkpoint,
@@ -171,11 +172,25 @@ def _maybe_fail_once(marker_dir: str | None, stack_id: str) -> None:
         raise RuntimeError(f"injected failure for {stack_id} (test hook)")
 
 
+def _maybe_hold(hold_dir: str | None, cell_ids: list[str]) -> None:
+    """Test hook: on the node whose id is in <hold_dir>/node_id, a trial that has just persisted a checkpoint
+    says so (<hold_dir>/held.json) and waits to be killed, so a node kill lands mid-trial for certain."""
+    if not hold_dir or not (Path(hold_dir) / "node_id").exists():
+        return
+    import ray
+
+    if (Path(hold_dir) / "node_id").read_text().strip() != ray.get_runtime_context().get_node_id():
+        return
+    write_json(Path(hold_dir) / "held.json", cell_ids)
+    while True:
+        time.sleep(1.0)
+
+
 # ---------------------------------------------------------------- the grid
 
 def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_once_dir: str | None = None,
              only_models: tuple[str, ...] | None = None, verbose: int = 0,
-             remote_uri: str | None = None) -> pd.DataFrame:
+             remote_uri: str | None = None, hold_dir: str | None = None) -> pd.DataFrame:
     """Train every missing cell through Ray Tune, then write and return the cells table.
 
     With `remote_uri` (an s3:// run folder mirrored at cfg.run_dir) trials on any node fetch their
@@ -196,7 +211,7 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
                if not all(cell_complete(layout.cell_dir(c.cell_id)) for s in stacks for c in s)}
     errors: dict[str, str] = {}
     if pending:
-        errors = _fit(cfg, layout, pending, fail_once_dir, verbose, remote_uri)
+        errors = _fit(cfg, layout, pending, fail_once_dir, verbose, remote_uri, hold_dir)
     if remote_uri:
         from raybench.storage import sync_down
 
@@ -207,7 +222,7 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
 
 
 def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpec]]], fail_once_dir: str | None,
-         verbose: int, remote_uri: str | None = None) -> dict[str, str]:
+         verbose: int, remote_uri: str | None = None, hold_dir: str | None = None) -> dict[str, str]:
     from ray import tune
 
     res = cfg.resources
@@ -227,6 +242,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
         "protocol": to_dict(cfg.protocol),
         "config_hash": cfg.config_hash(),
         "fail_once_dir": fail_once_dir,
+        "hold_dir": hold_dir,
         "threads": threads,
         "stacks": tune.grid_search([[[c.to_dict() for c in stack] for stack in stacks]
                                     for stacks in pending.values()]),

@@ -8,7 +8,8 @@ Gaussian unit directions through the same normalization, ReLU and BatchTopK, sam
 selection). Everything is scored by held-out test |r| per concept.
 
 Tables: calibration (model x method), calibration_depth (model x depth x method), calibration_paired
-(ladder steps per model), calibration_margin (SAE vs random per model), calibration_concepts (per unit).
+(ladder steps per model), calibration_margin (SAE vs random per model), calibration_order (which steps of
+the expected order hold per model), calibration_concepts (per unit).
 """
 
 from __future__ import annotations
@@ -191,6 +192,29 @@ def summarize_calibration(concepts: pd.DataFrame, threshold: float, methods: lis
             "calibration_margin": margin, "calibration_concepts": concepts}
 
 
+ORDER_STEPS = (("dense_ridge", "sae_ridge"), ("sae_ridge", "sae_top16"), ("sae_top16", "sae_top4"),
+               ("sae_single", "random_single"))
+
+
+def ladder_order(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per model, whether each step of the order an encoder that carries the concepts should show holds:
+    dense ridge >= full-code ridge >= top-16 >= top-4 (more of the code read, more found) and learned single
+    coordinates > random dictionaries. Columns: model, `<a>_ge_<b>` per step, margin_`<a>_<b>`, all_hold."""
+    acc = summary.pivot_table(index="model", columns="method", values="accessibility")
+    out = pd.DataFrame(index=acc.index)
+    holds = []
+    for a, b in ORDER_STEPS:
+        if a not in acc or b not in acc:
+            continue
+        margin = acc[a] - acc[b]
+        ok = margin > 0 if b == "random_single" else margin >= 0
+        out[f"{a}_ge_{b}"] = ok
+        out[f"margin_{a}_{b}"] = margin
+        holds.append(ok)
+    out["all_hold"] = np.logical_and.reduce(holds) if holds else False
+    return out.reset_index()
+
+
 # ---------------------------------------------------------------- driver + figure
 
 def run_calibration(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[str, pd.DataFrame]:  # noqa: ANN001
@@ -215,6 +239,7 @@ def run_calibration(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[s
     methods = method_order(scfg)
     ci = (protocol.inference.ci_low, protocol.inference.ci_high)
     tables = summarize_calibration(concepts, protocol.eval.coverage_threshold, methods, ci)
+    tables["calibration_order"] = ladder_order(tables["calibration"])
     for name, df in tables.items():
         write_table(layout.tables_dir / f"{name}.parquet", df)
     _figure(tables, methods, layout.figures_dir, protocol.eval.calibration_expansion)
