@@ -74,10 +74,11 @@ def main() -> None:
             print(f"{e:>3} {e * D:>6} {s:>2} {dn:>11.3f} {sp:>12.3f} {sp / dn:>7.2f}x {sp * s:>16.3f} {dead:>9}",
                   flush=True)
     print(f"\nloss trajectory over {args.traj_steps} steps, 1 SAE, same seed and batches: max relative difference "
-          "of the per-step MSE (AuxK in brackets).\n  float32 sparse vs dense: our path against the reference;\n"
+          "of the per-step MSE / relative L2 distance of the MSE curves (AuxK max in brackets).\n"
+          "  float32 sparse vs dense: our path against the reference;\n"
           f"  float32 dense vs dense: the reference at {args.threads} threads vs 1 thread (its own rounding floor);\n"
           "  float64 sparse vs dense: the same comparison with rounding taken out.")
-    print(f"{'E':>3} {'f32 sparse/dense':>24} {'f32 dense/dense':>24} {'f64 sparse/dense':>24} {'final MSE':>10}")
+    print(f"{'E':>3} {'f32 sparse/dense':>32} {'f32 dense/dense':>32} {'f64 sparse/dense':>32} {'final MSE':>10}")
     for e in args.expansions:
         cfg = _cfgs(e, 1, args.traj_steps)
         sp = train_stack(x_np, cfg, implementation="sparse")
@@ -88,14 +89,15 @@ def main() -> None:
         sp64 = train_stack(x_np, cfg, implementation="sparse", dtype=torch.float64)
         dn64 = train_stack(x_np, cfg, implementation="dense", dtype=torch.float64)
         cols = [_traj_diff(a, b) for a, b in ((sp, dn), (dn1, dn), (sp64, dn64))]
-        print(f"{e:>3} {cols[0]:>24} {cols[1]:>24} {cols[2]:>24} {dn.loss_mse[0, -1]:>10.4f}", flush=True)
+        print(f"{e:>3} {cols[0]:>32} {cols[1]:>32} {cols[2]:>32} {dn.loss_mse[0, -1]:>10.4f}", flush=True)
 
 
 def _traj_diff(a, b) -> str:  # noqa: ANN001
     mse = np.abs(a.loss_mse - b.loss_mse) / np.abs(b.loss_mse)
     aux = np.abs(a.loss_aux - b.loss_aux) / np.maximum(np.abs(b.loss_aux), 1e-12)
     aux[b.loss_aux == 0] = np.abs(a.loss_aux[b.loss_aux == 0])
-    return f"{mse.max():.1e} [{aux.max():.1e}]"
+    l2 = np.linalg.norm(a.loss_mse - b.loss_mse) / np.linalg.norm(b.loss_mse)
+    return f"{mse.max():.1e} / {l2:.1e} [{aux.max():.1e}]"
 
 if __name__ == "__main__":
     main()
