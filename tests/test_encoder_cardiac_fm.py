@@ -108,14 +108,10 @@ def test_preprocess_shapes(profile):
     np.testing.assert_allclose(x.std(axis=1), 1, atol=1e-4)
 
 
-def test_demo_states_shape_and_determinism():
+def test_demo_projection_and_native_shape_error():
+    """Shape, determinism, seeds and freezing: tests/test_encoder_conformance.py; here what is CARDIAC-FM's own."""
     a = build_encoder(EncoderSpec("cardiac_fm", init_seed=5))
-    b = build_encoder(EncoderSpec("cardiac_fm", init_seed=5))
-    assert (a.name, a.n_layers, a.d) == ("cardiac_fm", 6, 64)
     x = batch(a)
-    s = a.layer_states(x)
-    assert s.shape == (6, 2, 64) and torch.isfinite(s).all()
-    assert torch.equal(s, a.layer_states(x)) and torch.equal(s, b.layer_states(x))
     assert a.pooled_projection(x).shape == (2, 32)
     with pytest.raises(ValueError, match=r"CARDIAC-FM .*\[B, 12, 5000\]"):
         a.layer_states(x[:, :, :2500])

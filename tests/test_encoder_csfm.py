@@ -169,20 +169,6 @@ def test_wrong_format_and_wrong_shape_fail(ckpt, tmp_path):
         make(checkpoint=str(tmp_path / "missing.pth"))
 
 
-def test_demo_states_shape_and_determinism():
-    model = make()
-    assert (model.name, model.n_layers, model.d) == ("csfm", 6, 64)
-    x = torch.from_numpy(np.stack([model.preprocess(r, 500) for r in records(3)]))
-    s = model.layer_states(x)
-    assert s.shape == (6, 3, 64) and torch.isfinite(s).all()
-    assert torch.equal(s, model.layer_states(x))
-    torch.testing.assert_close(make().layer_states(x), s, atol=0, rtol=0)  # same seed, same weights
-    assert not torch.allclose(make(seed=1).layer_states(x), s)
-    torch.testing.assert_close(model.layer_states(x[1:2]), s[:, 1:2], atol=1e-5, rtol=1e-5)  # batch-independent
-    with pytest.raises(ValueError, match="expects native inputs"):
-        model.layer_states(x[:, :8])
-
-
 def test_preprocess_shapes_and_normalisation():
     native, published = make(profile="native"), make(profile="published")
     for fs, seconds in ((500, 10), (100, 10), (500, 12), (250, 8)):

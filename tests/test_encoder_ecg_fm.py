@@ -10,7 +10,6 @@ from torch import nn
 from raybench.encoders.base import CheckpointError, EncoderSpec, build_encoder
 from raybench.encoders.models import ecg_fm
 from raybench.encoders.models._wav2vec2 import (
-    DEMO,
     FULL,
     TransformerLayer,
     W2VConfig,
@@ -214,21 +213,6 @@ def test_published_profile_feeds_10s_zscored_per_lead():
 
 
 # ---------------------------------------------------------------- states and determinism
-
-@pytest.mark.parametrize("profile", ["native", "published"])
-def test_demo_states_shape_and_determinism(profile):
-    a = build_encoder(EncoderSpec("ecg_fm", profile=profile, init_seed=3))
-    b = build_encoder(EncoderSpec("ecg_fm", profile=profile, init_seed=3))
-    c = build_encoder(EncoderSpec("ecg_fm", profile=profile, init_seed=4))
-    assert (a.name, a.n_layers, a.d) == ("ecg_fm", DEMO.encoder_layers, 64)
-    x = torch.from_numpy(np.stack([a.preprocess(record(s), 500) for s in (0, 1)]))
-    s = a.layer_states(x)
-    assert s.shape == (6, 2, 64) and torch.isfinite(s).all()
-    assert torch.equal(s, a.layer_states(x)) and torch.equal(s, b.layer_states(x))
-    assert not torch.equal(s, c.layer_states(x))
-    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
-    assert not any(p.requires_grad for p in a.parameters()) and not a.training
-
 
 def test_wrong_input_shape_names_model_and_profile():
     model = build_encoder(EncoderSpec("ecg_fm"))

@@ -171,20 +171,6 @@ def test_published_is_12x2500_zscored_and_flattened():
 
 # ---------------------------------------------------------------- states and determinism
 
-@pytest.mark.parametrize("profile", ["native", "published"])
-def test_demo_states_shape_and_determinism(profile):
-    a = build_encoder(EncoderSpec("hubert_ecg", profile=profile, init_seed=2))
-    b = build_encoder(EncoderSpec("hubert_ecg", profile=profile, init_seed=2))
-    c = build_encoder(EncoderSpec("hubert_ecg", profile=profile, init_seed=3))
-    assert (a.name, a.n_layers, a.d) == ("hubert_ecg", 6, 64)
-    x = batch(a)
-    s = a.layer_states(x)
-    assert s.shape == (6, 2, 64) and torch.isfinite(s).all()
-    assert torch.equal(s, a.layer_states(x)) and torch.equal(s, b.layer_states(x))
-    assert not torch.equal(s, c.layer_states(x))
-    assert not any(p.requires_grad for p in a.parameters()) and not a.training
-
-
 def test_wrong_input_shape_names_model_and_profile():
     model = build_encoder(EncoderSpec("hubert_ecg", profile="published"))
     with pytest.raises(ValueError, match=r"HuBERT-ECG \(published profile\).*\[B, 30000\]"):

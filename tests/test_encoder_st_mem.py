@@ -157,20 +157,6 @@ def test_wrong_format_and_head_fail(ckpt, tmp_path):
         make(checkpoint=str(path))
 
 
-def test_demo_states_shape_and_determinism():
-    model = make()
-    assert (model.name, model.n_layers, model.d) == ("st_mem", 12, 64)
-    x = torch.from_numpy(np.stack([model.preprocess(r, 500) for r in records(3)]))
-    s = model.layer_states(x)
-    assert s.shape == (12, 3, 64) and torch.isfinite(s).all()
-    assert torch.equal(s, model.layer_states(x))
-    torch.testing.assert_close(make().layer_states(x), s, atol=0, rtol=0)
-    assert not torch.allclose(make(seed=1).layer_states(x), s)
-    torch.testing.assert_close(model.layer_states(x[1:2]), s[:, 1:2], atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="expects native inputs"):
-        model.layer_states(torch.zeros(1, 12, 2500))
-
-
 def test_preprocess_shapes_and_profiles():
     native, published = make(profile="native"), make(profile="published")
     for fs, seconds in ((500, 10), (100, 10), (500, 12), (250, 8)):
