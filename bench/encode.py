@@ -5,9 +5,12 @@ each model times, end to end (encoder build included on both sides, all layers s
   * plain loop   - `plain_loop_activations` in this process (torch uses every core), and
   * Ray path     - `extract_activations` on a local Ray instance with --cpus CPUs and --actors encoder actors.
 Prints records/s, the Ray/plain ratio (target >= 0.85 on 2 cores), and store bytes per record per
-layer vs raw float32 (d * 4). Random init (no checkpoints).
+layer vs raw float32 (d * 4). Random init (no checkpoints). With two or more cohort sizes it also prints
+the marginal rate between the smallest and largest (extra records / extra seconds): the throughput once
+both paths are running, without the Ray path's fixed start-up (actor processes, imports, encoder fetch).
 
     python bench/encode.py --records 200 --models ecg_fm,hubert_ecg --size full
+    python bench/encode.py --records 120 500 --actors 2
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=200)
+    ap.add_argument("--records", type=int, nargs="+", default=[200], help="cohort size(s)")
     ap.add_argument("--models", default="ecg_fm,hubert_ecg")
     ap.add_argument("--size", choices=["demo", "full"], default="full")
     ap.add_argument("--batch-size", type=int, default=16)
@@ -45,15 +48,16 @@ def main() -> None:
     from raybench.cohorts.synth import ensure_synth_cohort
     from raybench.config import EncoderConfig
     from raybench.encoders.base import EncoderSpec
-    from raybench.encoders.store import ActivationStore, store_bytes
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="raybench-bench-encode-"))
     work.mkdir(parents=True, exist_ok=True)
-    cohort = work / "cohort"
-    ensure_synth_cohort(cohort, n_records=args.records, n_patients=max(1, args.records // 2), seed=3)
-    manifest = build_synth_manifest(cohort, work / "manifest", sampling_rate=500, concepts="tables")
-    manifest = manifest if Path(manifest).suffix == ".parquet" else Path(manifest) / "manifest.parquet"
-    print(f"cohort: {args.records} records at {cohort}; torch threads {torch.get_num_threads()}, "
+    manifests = {}
+    for n_rec in sorted(set(args.records)):
+        cohort = work / f"cohort-{n_rec}"
+        ensure_synth_cohort(cohort, n_records=n_rec, n_patients=max(1, n_rec // 2), seed=3)
+        manifest = build_synth_manifest(cohort, work / f"manifest-{n_rec}", sampling_rate=500, concepts="tables")
+        manifests[n_rec] = manifest if Path(manifest).suffix == ".parquet" else Path(manifest) / "manifest.parquet"
+    print(f"cohorts: {sorted(manifests)} records under {work}; torch threads {torch.get_num_threads()}, "
           f"cores {os.cpu_count()}", flush=True)
 
     ray.init(num_cpus=args.cpus, num_gpus=0, include_dashboard=False, log_to_driver=False)
@@ -61,36 +65,51 @@ def main() -> None:
     results = []
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         spec = EncoderSpec(model, size=args.size)
-        run = work / f"run-{model}"
-
-        plain_times, ray_times = [], []
-        for rep in range(args.repeats):
-            if rep % 2 == 0:
-                plain_times.append(time_plain(manifest, spec, args.batch_size))
-            ray_s, summary = time_ray(manifest, run, spec, cfg)
-            ray_times.append(ray_s)
-            if rep % 2 == 1:
-                plain_times.append(time_plain(manifest, spec, args.batch_size))
-        plain_s, ray_s = min(plain_times), min(ray_times)
-        n = summary["records"]
-        store = ActivationStore.for_run(run)
-        d, layers = summary["d"], summary["layers"]
-        per_rec = sum(store_bytes(store.layer_dir(model, la)) for la in layers) / (len(layers) * summary["records"])
-        row = {"model": model, "size": args.size, "records": n, "plain_s": plain_s, "ray_s": ray_s,
-               "plain_times": plain_times, "ray_times": ray_times,
-               "plain_rec_s": n / plain_s, "ray_rec_s": n / ray_s, "ray_over_plain": plain_s / ray_s,
-               "bytes_per_record_per_layer": per_rec, "raw_float32": d * 4, "bytes_ratio": per_rec / (d * 4),
-               "ray_pipeline_rec_s": summary["records_per_s"]}
-        results.append(row)
-        print(f"{model:12s} best of {args.repeats}: plain {row['plain_rec_s']:6.2f} rec/s ({plain_s:6.1f} s) | "
-              f"ray {row['ray_rec_s']:6.2f} "
-              f"rec/s ({ray_s:6.1f} s; {summary['records_per_s']:.2f} rec/s after the driver's build) | "
-              f"ray/plain {row['ray_over_plain']:.2f} | store {per_rec:.0f} B/record/layer "
-              f"= {row['bytes_ratio']:.3f} x raw float32", flush=True)
+        rows = {n_rec: bench_one(manifest, work / f"run-{model}-{n_rec}", spec, cfg, args)
+                for n_rec, manifest in manifests.items()}
+        results.extend(rows.values())
+        if len(rows) > 1:
+            lo, hi = rows[min(rows)], rows[max(rows)]
+            extra = hi["records"] - lo["records"]
+            plain_rate, ray_rate = extra / (hi["plain_s"] - lo["plain_s"]), extra / (hi["ray_s"] - lo["ray_s"])
+            fixed_ray = lo["ray_s"] - lo["records"] / ray_rate
+            fixed_plain = lo["plain_s"] - lo["records"] / plain_rate
+            print(f"{model:12s} marginal {lo['records']}->{hi['records']} records: plain {plain_rate:6.2f} rec/s | "
+                  f"ray {ray_rate:6.2f} rec/s | ray/plain {ray_rate / plain_rate:.2f} | fixed start-up: ray "
+                  f"{fixed_ray:.1f} s, plain {fixed_plain:.1f} s", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_one(manifest: Path, run: Path, spec, cfg, args) -> dict:
+    """Best-of-repeats timings of both paths over one manifest; prints and returns one result row."""
+    from raybench.encoders.store import ActivationStore, store_bytes
+
+    plain_times, ray_times = [], []
+    for rep in range(args.repeats):
+        if rep % 2 == 0:
+            plain_times.append(time_plain(manifest, spec, args.batch_size))
+        ray_s, summary = time_ray(manifest, run, spec, cfg)
+        ray_times.append(ray_s)
+        if rep % 2 == 1:
+            plain_times.append(time_plain(manifest, spec, args.batch_size))
+    plain_s, ray_s = min(plain_times), min(ray_times)
+    n = summary["records"]
+    store = ActivationStore.for_run(run)
+    d, layers = summary["d"], summary["layers"]
+    per_rec = sum(store_bytes(store.layer_dir(spec.name, la)) for la in layers) / (len(layers) * n)
+    row = {"model": spec.name, "size": args.size, "records": n, "plain_s": plain_s, "ray_s": ray_s,
+           "plain_times": plain_times, "ray_times": ray_times,
+           "plain_rec_s": n / plain_s, "ray_rec_s": n / ray_s, "ray_over_plain": plain_s / ray_s,
+           "bytes_per_record_per_layer": per_rec, "raw_float32": d * 4, "bytes_ratio": per_rec / (d * 4),
+           "ray_pipeline_rec_s": summary["records_per_s"]}
+    print(f"{spec.name:12s} {n:5d} records, best of {args.repeats}: plain {row['plain_rec_s']:6.2f} rec/s "
+          f"({plain_s:6.1f} s) | ray {row['ray_rec_s']:6.2f} rec/s ({ray_s:6.1f} s; "
+          f"{summary['records_per_s']:.2f} rec/s after the driver's build) | ray/plain {row['ray_over_plain']:.2f} | "
+          f"store {per_rec:.0f} B/record/layer = {row['bytes_ratio']:.3f} x raw float32", flush=True)
+    return row
 
 
 def time_plain(manifest: Path, spec, batch_size: int) -> float:
