@@ -201,5 +201,5 @@ def test_ladder_order_flags_each_step_by_hand():
     order = ladder_order(summary).set_index("model")
     assert bool(order.loc["a", "all_hold"]) and not bool(order.loc["b", "all_hold"])
     assert not bool(order.loc["b", "sae_ridge_ge_sae_top16"]) and bool(order.loc["b", "dense_ridge_ge_sae_ridge"])
-    assert not bool(order.loc["b", "sae_single_ge_random_single"]), "ties with random are not a win"
+    assert not bool(order.loc["b", "sae_single_gt_random_single"]), "ties with random are not a win"
     assert order.loc["b", "margin_sae_ridge_sae_top16"] == pytest.approx(-0.02)

@@ -199,7 +199,8 @@ ORDER_STEPS = (("dense_ridge", "sae_ridge"), ("sae_ridge", "sae_top16"), ("sae_t
 def ladder_order(summary: pd.DataFrame) -> pd.DataFrame:
     """Per model, whether each step of the order an encoder that carries the concepts should show holds:
     dense ridge >= full-code ridge >= top-16 >= top-4 (more of the code read, more found) and learned single
-    coordinates > random dictionaries. Columns: model, `<a>_ge_<b>` per step, margin_`<a>_<b>`, all_hold."""
+    coordinates > random dictionaries (a tie is no win). Columns: model, `<a>_ge_<b>` (`_gt_` for the strict
+    step) and margin_`<a>_<b>` per step, all_hold."""
     acc = summary.pivot_table(index="model", columns="method", values="accessibility")
     out = pd.DataFrame(index=acc.index)
     holds = []
@@ -207,8 +208,9 @@ def ladder_order(summary: pd.DataFrame) -> pd.DataFrame:
         if a not in acc or b not in acc:
             continue
         margin = acc[a] - acc[b]
-        ok = margin > 0 if b == "random_single" else margin >= 0
-        out[f"{a}_ge_{b}"] = ok
+        strict = b == "random_single"
+        ok = margin > 0 if strict else margin >= 0
+        out[f"{a}_{'gt' if strict else 'ge'}_{b}"] = ok
         out[f"margin_{a}_{b}"] = margin
         holds.append(ok)
     out["all_hold"] = np.logical_and.reduce(holds) if holds else False
