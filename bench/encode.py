@@ -41,10 +41,7 @@ def main() -> None:
     import ray
     import torch
 
-    try:
-        from raybench.cohorts.ptbxl import build_synth_manifest
-    except ImportError:
-        from raybench.cohorts.manifest import build_synth_manifest
+    from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import ensure_synth_cohort
     from raybench.config import EncoderConfig
     from raybench.encoders.base import EncoderSpec
@@ -55,8 +52,8 @@ def main() -> None:
     for n_rec in sorted(set(args.records)):
         cohort = work / f"cohort-{n_rec}"
         ensure_synth_cohort(cohort, n_records=n_rec, n_patients=max(1, n_rec // 2), seed=3)
-        manifest = build_synth_manifest(cohort, work / f"manifest-{n_rec}", sampling_rate=500, concepts="tables")
-        manifests[n_rec] = manifest if Path(manifest).suffix == ".parquet" else Path(manifest) / "manifest.parquet"
+        manifests[n_rec] = build_synth_manifest(cohort, work / f"manifest-{n_rec}", sampling_rate=500,
+                                                concepts="tables")  # -> the manifest.parquet path
     print(f"cohorts: {sorted(manifests)} records under {work}; torch threads {torch.get_num_threads()}, "
           f"cores {os.cpu_count()}", flush=True)
 
