@@ -33,8 +33,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp folder beside `path`; it replaces `path` only if the block succeeds."""
-    path = Path(path)
+    """Yield a temp folder beside `path`; it replaces `path` only if the block succeeds.
+
+    Whatever `path` held is deleted: callers decide whether that is safe (e.g. only their own output).
+    The working directory and its ancestors are refused outright (`path` "." or ".." would be rmtree'd).
+    """
+    path = Path(os.path.abspath(path))  # "." has no name and no real parent: normalize before using either
+    cwd = Path.cwd()
+    if path == cwd or path in cwd.parents:
+        raise ValueError(f"refusing to replace {path}: it is the current directory or contains it; "
+                         "write to a new folder instead")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:

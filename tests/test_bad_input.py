@@ -134,6 +134,42 @@ def test_wfdb_agrees_with_the_fast_checks(root):
     assert err.value.reason == "path_escapes_root"
 
 
+def test_header_files_outside_the_data_root_are_refused_on_every_path(root, tmp_path):
+    """A crafted .hea naming ../../x, /abs/x or a symlink that leads out must not make raybench read that file."""
+    import wfdb
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    rel = lambda eid: f"records500/00000/{eid:05d}_hr"  # noqa: E731
+    folder = _base(root, 1).parent
+    shutil.copy(_base(root, 1).with_suffix(".dat"), outside / "secret.dat")
+    leads = ["I", "II", "III", "AVR", "AVL", "AVF", "V1", "V2", "V3", "V4", "V5", "V6"]
+    wfdb.wrsamp("secret212", fs=500, units=["mV"] * 12, sig_name=leads, fmt=["212"] * 12, adc_gain=[200.0] * 12,
+                p_signal=read_record(root, rel(2)).signal.T.astype(np.float64), baseline=[0] * 12,
+                write_dir=str(outside))
+    header212 = (outside / "secret212.hea").read_text()
+    (folder / "link16.dat").symlink_to(outside / "secret.dat")
+    (folder / "link212.dat").symlink_to(outside / "secret212.dat")
+    # the direct format-16 reader: relative, absolute, and through a symlink inside the root
+    for eid, name in ((1, "../../../outside/secret.dat"), (2, str(outside / "secret.dat")), (3, "link16.dat")):
+        _edit_header(root, eid, lambda ls, eid=eid, name=name: [ls[0], *[ln.replace(f"{eid:05d}_hr.dat", name, 1)
+                                                                         for ln in ls[1:]]])
+    # the wfdb fallback (format 212): through a symlink, a relative and an absolute name
+    for eid, name in ((4, "link212.dat"), (5, "../../../outside/secret212.dat"), (6, str(outside / "secret212.dat"))):
+        text = header212.replace("secret212 ", f"{eid:05d}_hr ", 1).replace("secret212.dat", name)
+        _base(root, eid).with_suffix(".hea").write_text(text)
+        _base(root, eid).with_suffix(".dat").unlink()
+    for eid in range(1, 7):
+        with pytest.raises(RecordError) as err:
+            read_record(root, rel(eid), 500, 5000)
+        assert err.value.reason == "path_escapes_root", (eid, err.value)
+        assert rel(eid) in str(err.value) and "outside the data root" in str(err.value)
+        check = M.check_record(root, rel(eid), 500, 5000)
+        assert (check.ok, check.reason) == (False, "path_escapes_root"), (eid, check)
+    assert read_record(root, rel(7), 500, 5000).signal.shape == (12, 5000)  # a plain record still reads
+    assert M.check_record(root, rel(7), 500, 5000).ok
+
+
 def test_other_wfdb_formats_use_the_general_reader(root):
     import wfdb
 

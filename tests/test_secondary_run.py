@@ -40,7 +40,7 @@ def _build_run(root: Path):
     from raybench.sae.cells import build_cells, group_stacks
     from raybench.sae.data import load_cell_data
     from raybench.sae.evaluate import evaluate_cell
-    from raybench.sae.grid import collect_cells_table, model_dims_from_store
+    from raybench.sae.grid import collect_cells_table, expected_provenance, model_dims_from_store
     from raybench.sae.model import SAECellConfig
     from raybench.sae.train import train_stack
 
@@ -55,6 +55,7 @@ def _build_run(root: Path):
                             cpu_threads=1)
     protocol = cfg.protocol
     cells = build_cells(protocol, model_dims_from_store(root, MODELS))
+    stamps = expected_provenance(root, cfg.config_hash(), cells)  # what the grid records in each cell
     for stack in group_stacks(cells).values():
         c0 = stack[0]
         data = load_cell_data(root, c0.model, c0.layer, protocol.eval)
@@ -64,7 +65,7 @@ def _build_run(root: Path):
             ev = evaluate_cell(res.sae, res.normalizer, data.acts, data.concepts, data.test_patient_codes,
                                data.selection_idx, protocol.eval, index=i, n_patients=len(data.test_patients))
             save_cell(layout.cell_dir(c.cell_id), res.sae.single(i), {**asdict(cfgs[i]), **c.to_dict()}, ev,
-                      normalizer=res.normalizer)
+                      stamps[c.cell_id], normalizer=res.normalizer)
     write_table(layout.cells_table, collect_cells_table(cfg, cells, {}))
     return cfg
 
@@ -151,6 +152,69 @@ def test_rerun_is_byte_identical_and_uses_the_cache(tiny_run):
     assert after == before
     assert {p.name: p.read_bytes() for p in sorted(layout.tables_dir.glob("*.csv"))} == tables_before
     assert [p.stat().st_mtime_ns for p in cache] == stamps
+
+
+# ---------------------------------------------------------------- a failed analysis is visible
+
+def test_failed_analysis_leaves_no_stale_outputs_and_fails_the_audit(tmp_path, monkeypatch):
+    """A failure used to be only logged: the previous run's tables stayed, were rendered and the audit passed."""
+    import json
+
+    from fake_run import small_protocol, write_fake_run
+
+    import raybench.analysis.secondary.calibration as calibration
+    import raybench.analysis.secondary.harmonization as harmonization
+    import raybench.analysis.secondary.intervention as intervention
+    import raybench.ray_session
+    from raybench.analysis.audit import release_audit
+    from raybench.analysis.report import render_report
+    from raybench.analysis.secondary.run import run_secondary
+    from raybench.config import demo_run
+    from raybench.io import write_table
+
+    protocol = small_protocol()
+    root = write_fake_run(tmp_path / "run", protocol, tables=("cells",), secondary=True)  # an earlier run's tables
+    cfg = dataclasses.replace(demo_run(str(root)), protocol=protocol)
+    layout = RunLayout.at(root)
+    layout.figures_dir.mkdir(parents=True, exist_ok=True)
+    for ext in ("png", "svg"):
+        (layout.figures_dir / f"calibration_ladder.{ext}").write_bytes(b"stale figure")
+    assert release_audit(root, protocol).passed
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("ladder exploded\nat the last step")
+
+    def harmonize(root_, protocol_, cfg_, scfg_):
+        df = pd.DataFrame({"model": ["ecg_fm"], "fresh": [1.0]})
+        write_table(layout.tables_dir / "harmonization.parquet", df)
+        return {"harmonization": df}
+
+    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    monkeypatch.setattr(calibration, "run_calibration", boom)
+    monkeypatch.setattr(harmonization, "run_harmonization", harmonize)
+    monkeypatch.setattr(intervention, "run_intervention", lambda *args: {})  # skipped: inputs missing
+    tables = run_secondary(root, protocol, cfg, SCFG)
+    assert set(tables) == {"harmonization"}
+    left = sorted(p.name for p in [*layout.tables_dir.iterdir(), *layout.figures_dir.iterdir()])
+    assert not [n for n in left if n.startswith(("calibration", "intervention"))], left
+    assert "fresh" in pd.read_parquet(layout.tables_dir / "harmonization.parquet")
+    record = json.loads((layout.tables_dir / "secondary_failures.json").read_text())
+    assert record == {"failures": [{"analysis": "calibration", "type": "RuntimeError",
+                                    "reason": "RuntimeError: at the last step"}]}
+
+    audit = release_audit(root, protocol)
+    assert not audit.passed and audit.summary.endswith("1 problem(s): INCOMPLETE")
+    assert any("calibration" in p and "RuntimeError: at the last step" in p for p in audit.problems)
+    text = render_report(root).read_text()
+    assert "Secondary analyses failed (1)" in text and "RuntimeError: at the last step" in text
+    assert 'id="calibration"' in text and "This analysis failed in the last run" in text
+    assert "sae_top4" not in text and "fig-calibration_ladder" not in text  # the earlier run's outputs are gone
+
+    monkeypatch.setattr(calibration, "run_calibration", lambda *args: {})
+    run_secondary(root, protocol, cfg, SCFG)  # the rerun succeeds: the failure is cleared
+    assert json.loads((layout.tables_dir / "secondary_failures.json").read_text()) == {"failures": []}
+    assert release_audit(root, protocol).passed
+    assert "Secondary analyses failed" not in render_report(root).read_text()
 
 
 # ---------------------------------------------------------------- the ladder's order on planted data

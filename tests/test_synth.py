@@ -139,6 +139,49 @@ def test_ensure_reuses_a_matching_cohort_and_rejects_bad_arguments(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_refuses_to_replace_a_folder_that_is_not_a_synthetic_cohort(tmp_path, monkeypatch):
+    """--out DIR used to rmtree DIR: a user's folder (or `--out .`) lost everything but the new cohort."""
+    from click.testing import CliRunner
+
+    from raybench.cli import main
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("years of work")
+    with pytest.raises(FileExistsError, match=r"mine.*not a synthetic cohort") as err:
+        generate_synth_cohort(mine, 4, 2, seed=1)
+    assert "empty" in str(err.value) and "delete" in str(err.value)  # says how to fix it
+    (mine / "params.json").write_text('{"learning_rate": 0.1}')  # someone else's params.json is no marker
+    with pytest.raises(FileExistsError, match="not a synthetic cohort"):
+        ensure_synth_cohort(mine, 4, 2, seed=1)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "params.json"]
+    monkeypatch.chdir(mine)
+    result = CliRunner().invoke(main, ["cohort", "synth", "--out", ".", "--records", "4", "--patients", "2"])
+    assert result.exit_code != 0 and "not a synthetic cohort" in result.output, result.output
+    assert (mine / "notes.txt").read_text() == "years of work"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no temp folder left beside it
+    # `--out .` in an empty folder would replace the working directory itself
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    result = CliRunner().invoke(main, ["cohort", "synth", "--out", ".", "--records", "4", "--patients", "2"])
+    assert result.exit_code != 0 and "current directory" in result.output, result.output
+    assert empty.is_dir() and not list(empty.iterdir())
+    # a file where the folder should be
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(FileExistsError, match="not a folder"):
+        generate_synth_cohort(tmp_path / "afile", 4, 2, seed=1)
+    assert (tmp_path / "afile").read_text() == "x"
+    # an empty folder and a previous synthetic cohort are (re)generated as before
+    monkeypatch.chdir(tmp_path)
+    assert generate_synth_cohort(empty, 4, 2, seed=1) == empty
+    assert generate_synth_cohort(Path("empty"), 5, 2, seed=1) == Path("empty")
+    assert len(pd.read_csv(empty / "ptbxl_database.csv")) == 5
+    result = CliRunner().invoke(main, ["cohort", "synth", "--out", "empty", "--records", "6", "--patients", "2"])
+    assert result.exit_code == 0, result.output
+    assert len(pd.read_csv(empty / "ptbxl_database.csv")) == 6
+
+
 def test_drawn_qrs_amplitudes_and_exact_qrs_extent():
     """Q/S table values are what the beat shows; every lead's QRS deflection spans exactly [0, QRS_Dur]."""
     from raybench.cohorts.synth import _beat_waves, drawn_qrs_amplitudes

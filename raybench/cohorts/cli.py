@@ -18,7 +18,8 @@ def cohort() -> None:
 
 
 @cohort.command("synth")
-@click.option("--out", "out", type=_PATH, required=True, help="Folder to write (replaced atomically).")
+@click.option("--out", "out", type=_PATH, required=True,
+              help="Folder to write (replaced atomically): a new or empty folder, or a previous synthetic cohort.")
 @click.option("--records", type=click.IntRange(1, 99_999), default=1500, show_default=True)
 @click.option("--patients", type=click.IntRange(1), default=500, show_default=True)
 @click.option("--seed", type=int, default=7, show_default=True)
@@ -31,7 +32,10 @@ def synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction
     if patients > records:
         raise click.BadParameter(f"--patients ({patients}) must not exceed --records ({records})")
     start = time.perf_counter()
-    path = generate_synth_cohort(out, records, patients, seed, bad_fraction)
+    try:
+        path = generate_synth_cohort(out, records, patients, seed, bad_fraction)
+    except FileExistsError as err:  # --out names a folder that is not ours to replace
+        raise click.ClickException(str(err)) from None
     took = time.perf_counter() - start
     click.echo(f"wrote {records} records ({patients} patients) to {path} in {took:.1f} s "
                f"({records / took:.0f} records/s)")

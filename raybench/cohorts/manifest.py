@@ -18,9 +18,9 @@ Bad input - what happens and why:
   header missing (`missing_header`), header unparsable or .dat unreadable (`unreadable`), .dat
   shorter than the header says (`truncated`) or longer (`shape_mismatch`), header rate or length
   not the expected 500 Hz x 5000 / 100 Hz x 1000 (`rate_mismatch`, `length_mismatch`), a lead absent
-  (`missing_leads`), NaN samples (`nan_lead`), a constant lead (`flat_lead`), a filename or a header's
-  data-file name escaping the data root (`path_escapes_root`), an empty filename
-  (`missing_filename`) or patient_id (`missing_patient_id`; without a patient there is no split).
+  (`missing_leads`), NaN samples (`nan_lead`), a constant lead (`flat_lead`), a filename or any file a
+  header names escaping the data root, directly or through a symlink (`path_escapes_root`), an empty
+  filename (`missing_filename`) or patient_id (`missing_patient_id`; without a patient there is no split).
 - Table level (a ManifestError naming the file, rows and fix; nothing is written): metadata csv
   missing/unreadable or lacking ecg_id/patient_id/filename columns, a non-integer ecg_id, a
   duplicate ecg_id (a record listed twice - possibly with two patients - would leak across
@@ -62,6 +62,7 @@ from raybench.cohorts.waveforms import (
     LEADS,
     RecordError,
     canonical_lead,
+    check_header_files,
     parse_header,
     read_record,
     resolve_record_path,
@@ -109,6 +110,10 @@ def check_record(root: Path, rel_path: str, fs: float, n_samples: int) -> Record
     hea = base.parent / (base.name + ".hea")
     if not hea.exists():
         return RecordCheck(False, reason="missing_header", detail=f"{hea} not found; check the data root and rate")
+    try:
+        check_header_files(root, rel_path)  # no file the header names may lie outside the data root
+    except RecordError as err:
+        return RecordCheck(False, reason=err.reason, detail=err.detail)
     try:
         n_sig, hfs, sig_len, sigs = parse_header(hea.read_text())
     except (ValueError, IndexError, UnicodeDecodeError) as err:

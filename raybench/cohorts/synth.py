@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -467,6 +468,7 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
     if not 0.0 <= bad_fraction < 0.5:
         raise ValueError(f"bad_fraction must be in [0, 0.5), got {bad_fraction}")
     out_dir = Path(out_dir)
+    check_out_dir(out_dir)
     rng = np.random.default_rng(seed)
     pat = _draw_patients(rng, n_patients)
     pid_text = np.array([f"{p}.0" for p in rng.choice(np.arange(1, 10 * n_patients + 10), n_patients, replace=False)])
@@ -550,6 +552,39 @@ def _waveform_truth(amps: dict[str, np.ndarray], geo: dict[str, np.ndarray], rr_
 def _params(n_records: int, n_patients: int, seed: int, bad_fraction: float) -> dict:
     return {"generator_version": GENERATOR_VERSION, "n_records": n_records, "n_patients": n_patients,
             "seed": seed, "bad_fraction": bad_fraction}
+
+
+def is_synth_cohort(folder: str | Path) -> bool:
+    """True when `folder` holds a cohort this generator wrote (recognised by its params.json marker)."""
+    try:
+        params = json.loads((Path(folder) / "params.json").read_text())
+    except (OSError, ValueError):  # absent, unreadable, not JSON (JSONDecodeError and UnicodeDecodeError)
+        return False
+    return isinstance(params, dict) and set(_params(1, 1, 0, 0.0)) <= set(params)
+
+
+def check_out_dir(out_dir: str | Path) -> None:
+    """Refuse an output folder that writing the cohort would destroy (it is replaced as a whole).
+
+    Allowed: a path that does not exist yet, an empty folder, or a previous synthetic cohort (regenerated).
+    Refused with FileExistsError: a file, a non-empty folder without the cohort's params.json, and the
+    working directory or a folder containing it (`--out .`).
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() or out_dir.is_symlink():
+        if not out_dir.is_dir() or out_dir.is_symlink():
+            raise FileExistsError(f"refusing to write the synthetic cohort to {out_dir}: it exists and is not a "
+                                  "folder (or is a symbolic link); pass --out a new or empty folder")
+        if any(out_dir.iterdir()) and not is_synth_cohort(out_dir):
+            raise FileExistsError(
+                f"refusing to write the synthetic cohort to {out_dir}: the folder is not empty and is not a "
+                "synthetic cohort (no raybench params.json in it), and writing replaces the whole folder; pass "
+                f"--out a new or empty folder, or delete {out_dir} yourself if nothing in it is needed")
+    full, cwd = Path(os.path.abspath(out_dir)), Path.cwd()
+    if full == cwd or full in cwd.parents:
+        raise FileExistsError(f"refusing to write the synthetic cohort to {full}: it is the current directory "
+                              "(or contains it), and writing replaces the whole folder; pass --out a new folder, "
+                              f"e.g. --out {full / 'synth_cohort'}")
 
 
 def ensure_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, seed: int,

@@ -47,6 +47,55 @@ def resolve_record_path(root: str | Path, rel_path: str) -> Path:
     return full
 
 
+def check_header_files(root: str | Path, rel_path: str, _segment: bool = False) -> None:
+    """Every file the record's header names must lie inside the data root, else RecordError `path_escapes_root`.
+
+    A header names its signal files (and, for a multi-segment record, its segment records); a crafted one
+    could name `../../etc/passwd`, an absolute path or a symlink leading out, and the record reader would
+    read that file as a signal. Each name is joined onto the record's folder and resolved (symlinks
+    followed) the way `resolve_record_path` resolves the record itself. Header text that cannot be read
+    is left to the reader, which reports it as `unreadable`.
+    """
+    base = resolve_record_path(root, rel_path)
+    folder = Path(rel_path).parent
+    # the format-16 reader opens base.hea with the suffix replaced, wfdb appends ".hea": check both
+    for hea in dict.fromkeys((base.with_suffix(".hea"), base.parent / (base.name + ".hea"))):
+        if not hea.exists():
+            continue
+        _inside(root, rel_path, str(folder / hea.name), hea.name)
+        try:
+            text = hea.read_text(errors="replace")
+        except OSError:
+            continue
+        lines = [ln.split() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        if not lines:
+            continue
+        multi_segment = "/" in lines[0][0]
+        for fields in lines[1:]:
+            name = fields[0]
+            if multi_segment:
+                if name.rstrip("~") == "":  # "~": a null segment, no file
+                    continue
+                for seg in (name, name + ".hea"):
+                    _inside(root, rel_path, str(folder / seg), seg)
+                if not _segment:  # a segment names its own signal files (segments do not nest)
+                    try:
+                        check_header_files(root, str(folder / name), _segment=True)
+                    except RecordError as err:
+                        raise RecordError(rel_path, err.reason, f"segment {name}: {err.detail}") from None
+            else:
+                _inside(root, rel_path, str(folder / name), name)
+
+
+def _inside(root: str | Path, rel_path: str, target: str, name: str) -> None:
+    try:
+        resolve_record_path(root, target)
+    except RecordError:
+        raise RecordError(rel_path, "path_escapes_root",
+                          f"its header names the file {name!r}, which lies outside the data root {Path(root).resolve()}"
+                          "; the header is corrupt or crafted: re-download the record") from None
+
+
 def parse_header(text: str) -> tuple[int, float, int | None, list[list[str]]]:
     """WFDB header -> (n_sig, fs, sig_len, the signal lines split into fields)."""
     lines = [ln.split() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
@@ -96,6 +145,7 @@ def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
     base = resolve_record_path(root, rel_path)
     if not base.with_suffix(".hea").exists():
         raise RecordError(rel_path, "missing_header", f"header {base}.hea not found; check the data root")
+    check_header_files(root, rel_path)  # before either reader opens a file the header names
     try:
         fast = _read_format16(base)
         if fast is not None:

@@ -4,15 +4,22 @@
 
 Needs a finished grid (manifest, activation stores, tables/cells.parquet with the E = 8 primary cells).
 Each analysis fans out as Ray tasks (per model x depth, per model); an analysis whose inputs are missing
-is skipped with a logged note, and one that fails is logged and left out without losing the others.
+is skipped with a logged note, and one that fails is left out without losing the others.
 Writes tables/{calibration,harmonization,intervention}*.parquet (+ .csv) and figures/ with the same prefixes.
+
+Before an analysis runs, its tables and figures from an earlier run are deleted, so a failed (or skipped)
+analysis leaves nothing stale behind for the report to show. Failures are recorded in
+tables/secondary_failures.json ({"failures": [{"analysis", "type", "reason"}]}, sorted by analysis); the
+report lists them and the release audit counts each as a problem (raybench.analysis.audit).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -21,11 +28,16 @@ from raybench.config import Protocol, RunConfig
 
 log = logging.getLogger(__name__)
 
+FAILURES_FILE = "secondary_failures.json"  # in tables/, beside audit.json
+TABLE_SUFFIXES = (".parquet", ".csv")
+FIGURE_SUFFIXES = (".png", ".svg")
+REASON_LIMIT = 300
+
 
 def run_secondary(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg: SecondaryConfig | None = None,
                   *, strict: bool = False) -> dict[str, pd.DataFrame]:
     """Run every analysis in scfg.analyses (default SecondaryConfig.demo() for the demo protocol, else the
-    paper settings). strict=True re-raises the first failure instead of logging it (tests, debugging)."""
+    paper settings). strict=True re-raises the first failure (tests, debugging); it is recorded either way."""
     from raybench.analysis.secondary.calibration import run_calibration
     from raybench.analysis.secondary.harmonization import run_harmonization
     from raybench.analysis.secondary.intervention import run_intervention
@@ -41,15 +53,96 @@ def run_secondary(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg: Se
         "intervention": lambda: run_intervention(root, protocol, scfg),
     }
     out: dict[str, pd.DataFrame] = {}
-    for name in scfg.analyses:
-        t0 = time.perf_counter()
-        try:
-            tables = steps[name]()
-        except Exception as err:  # one analysis failing must not lose the others
-            if strict:
-                raise
-            log.error("secondary analysis %s failed: %s: %s", name, type(err).__name__, err)
-            continue
-        out.update(tables)
-        log.info("secondary analysis %s: %d tables in %.1fs", name, len(tables), time.perf_counter() - t0)
+    # failures of analyses not run this time stay on record (their old outputs were not touched either)
+    try:
+        previous = read_failures(root)
+    except ValueError as err:
+        log.warning("%s; it is rewritten now", err)
+        previous = []
+    failures = {str(f.get("analysis")): f for f in previous if f.get("analysis") not in scfg.analyses}
+    try:
+        for name in scfg.analyses:
+            t0 = time.perf_counter()
+            remove_outputs(root, name)
+            try:
+                tables = steps[name]()
+            except Exception as err:  # one analysis failing must not lose the others
+                failures[name] = failure_record(name, err, cfg)
+                remove_outputs(root, name)  # nothing half-written from the failed attempt either
+                if strict:
+                    raise
+                log.error("secondary analysis %s failed: %s", name, failures[name]["reason"])
+                continue
+            out.update(tables)
+            log.info("secondary analysis %s: %d tables in %.1fs", name, len(tables), time.perf_counter() - t0)
+    finally:
+        _write_failures(root, [failures[k] for k in sorted(failures)])
     return out
+
+
+# ---------------------------------------------------------------- failures and stale outputs
+
+def failure_text(err: BaseException, cfg: RunConfig | None = None) -> str:
+    """The one place failure text is made before it is logged or persisted (tables/secondary_failures.json,
+    then audit.json and report.html): `Type: last line of the message`, cut to REASON_LIMIT characters.
+
+    `cfg` is the run's config: for credentialed cohorts (raybench.privacy) only the exception type and a count
+    of identifier-like values are kept, never the message.
+    """
+    from raybench.privacy import failure_text as persistable_text
+    from raybench.privacy import is_credentialed
+
+    if cfg is not None and is_credentialed(cfg):
+        return persistable_text(err, True)
+    message = str(err).strip()
+    last = message.splitlines()[-1].strip() if message else ""
+    return f"{type(err).__name__}: {last}"[:REASON_LIMIT] if last else type(err).__name__
+
+
+def failure_record(name: str, err: BaseException, cfg: RunConfig | None = None) -> dict[str, str]:
+    return {"analysis": name, "type": type(err).__name__, "reason": failure_text(err, cfg)}
+
+
+def failures_path(root: str | Path) -> Path:
+    from raybench.paths import RunLayout
+
+    return RunLayout.at(root).tables_dir / FAILURES_FILE
+
+
+def read_failures(root: str | Path) -> list[dict[str, Any]]:
+    """The recorded failures of the last secondary run ([] when none, or no record)."""
+    path = failures_path(root)
+    if not path.exists():
+        return []
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} is unreadable ({err}); rerun the secondary analyses (raybench analyze)") from None
+    failures = raw.get("failures") if isinstance(raw, dict) else None
+    if not isinstance(failures, list) or not all(isinstance(f, dict) for f in failures):
+        raise ValueError(f"{path} has no list of failures; rerun the secondary analyses (raybench analyze)")
+    return failures
+
+
+def _write_failures(root: str | Path, failures: list[dict[str, str]]) -> None:
+    from raybench.io import write_json
+
+    write_json(failures_path(root), {"failures": failures})
+
+
+def outputs(root: str | Path, name: str) -> list[Path]:
+    """The tables and figures analysis `name` writes (tables/<name>*.parquet|csv, figures/<name>*.png|svg);
+    the same prefixes the report's sections show."""
+    from raybench.paths import RunLayout
+
+    layout = RunLayout.at(root)
+    found = []
+    for folder, suffixes in ((layout.tables_dir, TABLE_SUFFIXES), (layout.figures_dir, FIGURE_SUFFIXES)):
+        if folder.is_dir():
+            found += [p for p in sorted(folder.glob(f"{name}*")) if p.suffix in suffixes and p.is_file()]
+    return found
+
+
+def remove_outputs(root: str | Path, name: str) -> None:
+    for path in outputs(root, name):
+        path.unlink()
