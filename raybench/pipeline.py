@@ -11,12 +11,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from raybench.config import RunConfig, dump_run_config, load_run_config
+from raybench.config import ConfigError, RunConfig, dump_run_config, from_dict, load_run_config
 from raybench.io import read_json, write_json, write_text
 from raybench.paths import RunLayout
+
+if TYPE_CHECKING:
+    from raybench.encoders.base import EncoderSpec
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,9 @@ def _manifest_run(cfg: RunConfig, remote: str | None = None) -> str:
     if cfg.cohort.kind == "mimic":
         from raybench.cohorts.mimic import build_mimic_manifest
 
-        build_mimic_manifest(Path(cfg.cohort.root), layout.manifest_dir)
+        c = cfg.cohort
+        build_mimic_manifest(Path(c.root), layout.manifest_dir, max_records=c.max_records,
+                             concept_extractor=c.concept_extractor, record_pool=c.record_pool, admissions=c.admissions)
     else:
         build_ptbxl_manifest(cohort_root(cfg), layout.manifest_dir, sampling_rate=cfg.cohort.sampling_rate,
                              concepts=cfg.cohort.concepts)
@@ -93,36 +99,49 @@ def _manifest_run(cfg: RunConfig, remote: str | None = None) -> str:
             f"{len(info.concepts)} concepts")
 
 
+def encoder_spec(cfg: RunConfig, model: str) -> EncoderSpec:
+    """The EncoderSpec of `model` under the run's encoder config (what `encode` extracts with)."""
+    from raybench.encoders.base import EncoderSpec
+
+    enc = cfg.encoders
+    return EncoderSpec(name=model, size=enc.size, checkpoint=enc.checkpoints.get(model), profile=enc.profile,
+                       init_seed=enc.init_seed)
+
+
 def _encode_complete(cfg: RunConfig) -> bool:
+    """Every audited store matches the *current* manifest hash and encoder fingerprint (not its own index)."""
+    from raybench.cohorts.manifest import ManifestError, load_manifest
+    from raybench.encoders.base import build_encoder
     from raybench.encoders.store import ActivationStore
+    from raybench.sae.cells import audited_layers
 
     layout = RunLayout.at(cfg.run_dir)
     if not layout.manifest.exists():
         return False
+    try:
+        manifest_hash = load_manifest(layout.manifest)[1].manifest_hash
+    except ManifestError:
+        return False  # the encode stage reports what is wrong with it
     store = ActivationStore(layout.activations_dir)
     for model in cfg.protocol.grid.models:
-        indexes = sorted((layout.activations_dir / model).glob("layer_*/index.json"))
-        if not indexes:
-            return False
-        idx = read_json(indexes[0])
-        from raybench.sae.cells import audited_layers
-
-        for layer in audited_layers(cfg.protocol, int(idx["n_layers"])):
-            if not store.is_complete(model, layer, idx["manifest_hash"], idx["fingerprint"]):
+        encoder = build_encoder(encoder_spec(cfg, model))
+        fingerprint, n_layers = encoder.fingerprint(), int(encoder.n_layers)
+        del encoder
+        for layer in audited_layers(cfg.protocol, n_layers):
+            if not store.is_complete(model, layer, manifest_hash, fingerprint):
                 return False
     return True
 
 
 def _encode_run(cfg: RunConfig, remote: str | None = None) -> str:
-    from raybench.encoders.base import EncoderSpec, build_encoder
+    from raybench.encoders.base import build_encoder
     from raybench.encoders.extract import extract_activations
     from raybench.sae.cells import audited_layers
 
     layout = RunLayout.at(cfg.run_dir)
     enc = cfg.encoders
     for model in cfg.protocol.grid.models:
-        spec = EncoderSpec(name=model, size=enc.size, checkpoint=enc.checkpoints.get(model), profile=enc.profile,
-                           init_seed=enc.init_seed)
+        spec = encoder_spec(cfg, model)
         n_layers = build_encoder(spec).n_layers
         extract_activations(layout.manifest, layout.root, spec, enc, layers=audited_layers(cfg.protocol, n_layers),
                             progress=False)
@@ -136,8 +155,21 @@ def _train_complete(cfg: RunConfig) -> bool:
     if not layout.cells_table.exists():
         return False
     table = pd.read_parquet(layout.cells_table)
-    return bool(len(table)) and bool((table["status"] == "ok").all()) and \
-        set(table["config_hash"]) == {cfg.config_hash()}
+    if not (bool(len(table)) and bool((table["status"] == "ok").all())
+            and set(table["config_hash"]) == {cfg.config_hash()}):
+        return False
+    # the table may predate new activation stores or hand-copied cells: every cell must match them itself
+    from raybench.sae.cells import build_cells
+    from raybench.sae.grid import cell_complete, expected_provenance, model_dims_from_store
+
+    try:
+        cells = build_cells(cfg.protocol, model_dims_from_store(layout.root, cfg.protocol.grid.models))
+    except (FileNotFoundError, KeyError):
+        return False
+    expect = expected_provenance(layout.root, cfg.config_hash(), cells)
+    return set(table["cell_id"]) == {c.cell_id for c in cells} and all(
+        expect[c.cell_id] is not None and cell_complete(layout.cell_dir(c.cell_id), expect[c.cell_id])
+        for c in cells)
 
 
 def _train_run(cfg: RunConfig, remote: str | None = None) -> str:
@@ -200,6 +232,88 @@ def write_run_yaml(cfg: RunConfig) -> None:
                   f"torch {torch.__version__}\n# config_hash: {cfg.config_hash()}\n")
     write_text(layout.run_yaml, provenance + dump_run_config(cfg))
     write_json(stamp, {"config_hash": cfg.config_hash()})
+
+
+# ---------------------------------------------------------------- the run's own config (stage commands)
+
+STAMP = "config_hash.json"
+
+
+def recorded_run_config(run_dir: str | Path) -> tuple[RunConfig | None, str | None]:
+    """The config recorded in `run_dir`/run.yaml (None when absent) and the run's config stamp: the hash in
+    config_hash.json (written beside run.yaml), else the hash of run.yaml's config; None when neither exists."""
+    from raybench.analysis.audit import read_run_yaml, run_section
+
+    layout = RunLayout.at(run_dir)
+    stamp_path = layout.root / STAMP
+    stamp = str(read_json(stamp_path)["config_hash"]) if stamp_path.exists() else None
+    raw = read_run_yaml(layout.root)
+    if raw is None:
+        return None, stamp
+    sections = {k: run_section(raw, k) for k in ("protocol", "cohort", "encoders", "resources")}
+    if sections["protocol"] is None:
+        raise ConfigError(f"{layout.run_yaml} holds no protocol section: pass --config with the run's config")
+    try:
+        cfg = from_dict(RunConfig, {"run_dir": str(run_dir), **{k: v for k, v in sections.items() if v is not None}},
+                        "run.yaml").validate()
+    except ConfigError as err:
+        raise ConfigError(f"{layout.run_yaml}: {err}") from None
+    return cfg, stamp or cfg.config_hash()
+
+
+def check_config_stamp(cfg: RunConfig, stamp: str | None, what: str) -> None:
+    """Refuse `cfg` (described by `what`, e.g. "--config x.yaml") when the run folder holds another config."""
+    if stamp is None or cfg.config_hash() == stamp:
+        return
+    raise click.ClickException(
+        f"{what} has config hash {cfg.config_hash()}, but the run folder {cfg.run_dir} was made with config hash "
+        f"{stamp} (its run.yaml / {STAMP}), and one run must not mix results of two configs. To continue this run, "
+        "leave out --config (and any option that changes results): stage commands read the run's own run.yaml; "
+        "to run this config, give it a new --run-dir")
+
+
+def stage_config(run_dir: str | None, config_path: str | None, *, demo_fallback: bool = True) -> RunConfig:
+    """The config a stage command (`encode`, `train`, `analyze`) works under.
+
+    Without --config: the run folder's own run.yaml (written by `raybench grid` or the first stage command),
+    else the embedded demo (or a usage error without `demo_fallback`). With --config: that file, refused when
+    its config hash differs from the run's recorded one. `run_dir` defaults to the config's run_dir.
+    """
+    from raybench.config import demo_run
+
+    try:
+        given = load_run_config(config_path) if config_path else None
+        run_dir = run_dir or (given.run_dir if given is not None else demo_run().run_dir)
+        recorded, stamp = (None, None) if "://" in run_dir else recorded_run_config(run_dir)
+    except ConfigError as err:
+        raise click.ClickException(str(err)) from None
+    if given is not None:
+        cfg = replace(given, run_dir=run_dir)
+        check_config_stamp(cfg, stamp, f"--config {config_path}")
+        return cfg
+    if recorded is None:
+        if not demo_fallback:
+            raise click.UsageError(f"{RunLayout.at(run_dir).run_yaml} not found: pass --config with the run's config "
+                                   "(the same file given to `raybench grid`)")
+        cfg = replace(demo_run(), run_dir=run_dir)
+        check_config_stamp(cfg, stamp, "the embedded demo config (no run.yaml)")
+        return cfg
+    check_config_stamp(recorded, stamp, f"{RunLayout.at(run_dir).run_yaml} (edited?)")
+    return recorded
+
+
+def stamp_run(cfg: RunConfig, what: str = "this config") -> None:
+    """Before a stage command writes into an existing local run folder: refuse a config other than the run's, and
+    record run.yaml + config_hash.json when the run has none yet, so later stages read the same config."""
+    if "://" in cfg.run_dir or not Path(cfg.run_dir).is_dir():
+        return
+    try:
+        recorded, stamp = recorded_run_config(cfg.run_dir)
+    except ConfigError as err:
+        raise click.ClickException(str(err)) from None
+    check_config_stamp(cfg, stamp, what)
+    if recorded is None:
+        write_run_yaml(cfg)
 
 
 def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo) -> dict[str, float]:

@@ -207,6 +207,61 @@ def test_gpu_request_rerun_skips_complete_stores_crash_leaves_no_partial_store(r
                                  .fingerprint())
 
 
+def _wait_for_free(ray, want: dict[str, float], seconds: float = 10.0) -> dict[str, float]:
+    import time
+
+    free: dict[str, float] = {}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        free = {k: ray.available_resources().get(k, 0.0) for k in want}
+        if all(free[k] >= v - 1e-9 for k, v in want.items()):
+            break
+        time.sleep(0.2)
+    return free
+
+
+@pytest.mark.timeout(300)
+def test_crash_releases_actors_so_an_immediate_rerun_on_a_full_node_runs(ray_cluster, tmp_path):
+    """A failed pipeline's encoder actors are gone when extract_activations raises, even while the caller keeps
+    the exception (and its traceback) alive: otherwise a rerun's actor takes the last CPU of this 2-CPU cluster
+    and its loading tasks never schedule (the suite hung here)."""
+    gpu_cfg = EncoderConfig(size="demo", batch_size=4, num_gpus=0.25)
+    manifest = write_cohort(tmp_path / "c", n=16, bad=False)
+    flag = tmp_path / "fail-now"
+    flag.touch()
+    failing = functools.partial(build_tiny, fail_flag=str(flag))
+    before = _wait_for_free(ray_cluster, {"CPU": 2.0, "GPU": 1.0})
+    with pytest.raises(ExtractionError, match="simulated crash mid-stream") as kept:
+        extract_activations(manifest, tmp_path / "run", SPEC, gpu_cfg, builder=failing, progress=False)
+    assert "no partial store" in str(kept.value)
+    assert {k: ray_cluster.available_resources().get(k, 0.0) for k in before} == before
+    flag.unlink()
+    done = extract_activations(manifest, tmp_path / "run", SPEC, gpu_cfg, builder=failing, progress=False)
+    assert done["layers"] == [0, 1, 2, 3] and done["records"] == 16
+    del kept
+
+
+def test_actor_cpu_reservation_leaves_a_cpu_for_loading():
+    from raybench.encoders.extract import actor_cpus
+
+    assert actor_cpus(0.0, 2, 2) == 1.0  # CPU only: loading is fused into the actor
+    assert actor_cpus(0.25, 1, 2) == 1.0
+    assert actor_cpus(0.25, 2, 2) == 0.5  # two GPU actors on a 2-CPU node: one CPU stays for loading
+    assert actor_cpus(0.25, 4, 16) == 1.0
+    assert actor_cpus(1.0, 1, 1) == 0.0
+
+
+@pytest.mark.timeout(300)
+def test_gpu_actors_as_many_as_cpus_still_load(ray_cluster, tmp_path):
+    """Encoder actors with a GPU share, as many as the node has CPUs: loading runs in separate CPU tasks, so
+    the pool must leave it a CPU (before the fix both actors took one CPU each and the stream never began)."""
+    cfg = EncoderConfig(size="demo", batch_size=4, num_gpus=0.25, min_actors=2, max_actors=2)
+    manifest = write_cohort(tmp_path / "c", n=16, bad=False)
+    out = extract_activations(manifest, tmp_path / "run", SPEC, cfg, builder=build_tiny, progress=False)
+    assert out["records"] == 16 and out["layers"] == [0, 1, 2, 3]
+    _assert_matches_plain(tmp_path / "run", manifest, SPEC, builder=build_tiny)
+
+
 def test_manifest_errors(tmp_path):
     df = pd.DataFrame({"ecg_id": [3, 2], "patient_id": ["a", "b"], "split": ["train", "val"], "path": ["x", "y"],
                        "fs": [100, 100], "n_samples": [1000, 1000]})

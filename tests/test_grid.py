@@ -56,3 +56,150 @@ def test_a_trial_that_exhausts_its_retries_is_reported_failed(encoded, tmp_path)
 
 
 # Killing the driver mid-grid and resuming is tested against an uninterrupted run in test_elastic.py.
+
+
+def test_a_cell_of_another_config_or_of_stale_activations_is_not_complete_and_is_retrained(encoded, tmp_path):
+    """Each cell records the config hash, manifest hash and encoder fingerprint it was trained under; a cell whose
+    record differs from the run's current ones is retrained (not passed off as `ok` with the current hash)."""
+    import json
+
+    from raybench.sae.grid import activation_provenance
+
+    cfg = _fresh(encoded, tmp_path, trial_unit="model")
+    grid = replace(cfg.protocol.grid, models=("csfm",), depths=(0.0,), expansions=(1,), seeds=(4311,),
+                   sensitivity_depth=None)
+    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid))
+    first = run_grid(cfg)
+    assert len(first) == 1 and (first["status"] == "ok").all(), first["status"].tolist()
+    cell = RunLayout.at(cfg.run_dir).cell_dir(first["cell_id"].iloc[0])
+    recorded = json.loads((cell / "metrics.json").read_text())
+    store = activation_provenance(cfg.run_dir, "csfm", int(first["layer"].iloc[0]))
+    assert store is not None
+    assert {k: recorded.get(k) for k in ("config_hash", *store)} == {"config_hash": cfg.config_hash(), **store}
+
+    other = replace(cfg, protocol=replace(cfg.protocol, sae=replace(cfg.protocol.sae, steps=30)))
+    assert other.config_hash() != cfg.config_hash()
+    second = run_grid(other)  # same run folder, another config: its cell is retrained, not reused
+    assert (second["status"] == "ok").all(), second["status"].tolist()
+    assert json.loads((cell / "metrics.json").read_text())["config_hash"] == other.config_hash()
+
+    # a cell trained on other activations (re-encoded since) is not complete either
+    metrics = json.loads((cell / "metrics.json").read_text())
+    (cell / "metrics.json").write_text(json.dumps({**metrics, "encoder_fingerprint": "0123456789abcdef"}))
+    from raybench.sae.cells import build_cells
+    from raybench.sae.grid import collect_cells_table, model_dims_from_store
+
+    cells = build_cells(other.protocol, model_dims_from_store(other.run_dir, grid.models))
+    assert collect_cells_table(other, cells, {})["status"].str.startswith("failed: ").all()
+    third = run_grid(other)
+    assert (third["status"] == "ok").all(), third["status"].tolist()
+    assert json.loads((cell / "metrics.json").read_text())["encoder_fingerprint"] == store["encoder_fingerprint"]
+
+
+def _small_grid(cfg):
+    """Depth 0, E = 1, two seeds, no sensitivity arm: one 2-seed stack per model."""
+    grid = replace(cfg.protocol.grid, depths=(0.0,), expansions=(1,), sensitivity_depth=None)
+    return replace(cfg, protocol=replace(cfg.protocol, grid=grid))
+
+
+def _mtimes(layout: RunLayout, cell_ids) -> dict[str, int]:
+    return {c: (layout.cell_dir(c) / "metrics.json").stat().st_mtime_ns for c in cell_ids}
+
+
+def test_a_rerun_trains_deleted_cells_and_stacks_the_restored_experiment_never_had(encoded, tmp_path):
+    """Tuner.restore only reruns the restored experiment's own unfinished trials: what is still missing after it
+    (a cell deleted after a finished grid, stacks added since) must run as a new experiment."""
+    cfg = _small_grid(_fresh(encoded, tmp_path, trial_unit="stack"))  # a 2-seed stack per model
+    layout = RunLayout.at(cfg.run_dir)
+    first = run_grid(cfg, only_models=("csfm",))
+    assert len(first) == 2 and (first["status"] == "ok").all(), first["status"].tolist()
+    gone = first["cell_id"].iloc[0]
+    shutil.rmtree(layout.cell_dir(gone))
+    kept = _mtimes(layout, [c for c in first["cell_id"] if c != gone])
+
+    table = run_grid(cfg)  # the finished experiment is restored; the deleted cell and ecg_fm run as a new one
+    assert len(table) == 4 and (table["status"] == "ok").all(), table["status"].tolist()
+    assert layout.cell_dir(gone).exists()
+    assert _mtimes(layout, kept) == kept, "finished cells were retrained"
+    assert len([p for p in layout.tune_dir.glob("grid-*") if p.is_dir()]) == 2
+
+    gone = table.loc[table["model"] == "ecg_fm", "cell_id"].iloc[-1]  # now the newest experiment is restored
+    shutil.rmtree(layout.cell_dir(gone))
+    kept = _mtimes(layout, [c for c in table["cell_id"] if c != gone])
+    again = run_grid(cfg)
+    assert (again["status"] == "ok").all(), again["status"].tolist()
+    assert layout.cell_dir(gone).exists() and _mtimes(layout, kept) == kept
+
+
+def test_trial_checkpoints_hold_no_pickle_and_resume_exactly(tmp_path):
+    """In-trial checkpoints are safetensors + JSON (nothing unpickled on resume) and resume bit-identically."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from raybench.sae.grid import load_trial_state, save_trial_state
+    from raybench.sae.model import SAECellConfig
+    from raybench.sae.train import train_stack
+
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(600, 16)) * rng.uniform(0.5, 3.0, size=16)).astype(np.float32)
+    cfgs = [SAECellConfig(d=16, n_latents=64, k=3, seed=s, steps=20, batch_size=32, lr=3e-3, beta1=0.9, beta2=0.99,
+                          aux_k=8, aux_coef=1 / 32, dead_after_batches=3) for s in (31, 32)]
+    full = train_stack(x, cfgs)
+    saved = {}
+
+    def on_checkpoint(step: int, st: dict) -> None:
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        save_trial_state(folder, {"cell_ids": ["a", "b"], "state": st})
+        saved[step] = (folder, st)
+
+    train_stack(x, cfgs, on_checkpoint=on_checkpoint, checkpoint_every=7)
+    folder, original = saved[14]
+    assert sorted(p.name for p in folder.iterdir()) == ["state.json", "state.safetensors"]
+    json.loads((folder / "state.json").read_text())  # plain JSON
+    loaded = load_trial_state(folder)
+    assert loaded["cell_ids"] == ["a", "b"]
+    st = loaded["state"]
+    assert st["step"] == 14 and st["seeds"] == [31, 32]
+    assert st["batchers"][0]["rng"] == original["batchers"][0]["rng"]  # 128-bit PCG64 state as JSON ints
+    assert isinstance(st["adam"]["param_groups"][0]["betas"], tuple) and sorted(st["adam"]["state"]) == [0, 1, 2, 3]
+    resumed = train_stack(x, cfgs, state=st)
+    np.testing.assert_array_equal(resumed.loss_mse, full.loss_mse)
+    np.testing.assert_array_equal(resumed.loss_aux, full.loss_aux)
+    for name in ("W_enc", "b_enc", "W_dec_t", "b_dec"):
+        assert torch.equal(getattr(resumed.sae, name), getattr(full.sae, name))
+
+
+def test_grid_checkpoints_are_tensors_and_json_and_unstamped_tune_state_is_not_restored(encoded, tmp_path):
+    """Restoring a Tune experiment unpickles it: a folder raybench did not stamp as its own is refused."""
+    import json
+
+    from safetensors import safe_open
+
+    cfg = _small_grid(_fresh(encoded, tmp_path))
+    layout = RunLayout.at(cfg.run_dir)
+    table = run_grid(cfg, only_models=("csfm",))
+    assert (table["status"] == "ok").all(), table["status"].tolist()
+    checkpoints = sorted(layout.tune_dir.glob("grid-*/*/checkpoint_*"))
+    assert checkpoints
+    for ck in checkpoints:
+        assert sorted(p.name for p in ck.iterdir()) == ["state.json", "state.safetensors"], "no pickle"
+        json.loads((ck / "state.json").read_text())
+        with safe_open(str(ck / "state.safetensors"), framework="pt") as f:
+            assert list(f.keys())
+
+    (exp,) = layout.tune_dir.glob("grid-*")
+    (exp / "raybench_owner.json").unlink(missing_ok=True)  # e.g. a tune/ folder copied from elsewhere
+    gone = table["cell_id"].iloc[0]
+    shutil.rmtree(layout.cell_dir(gone))
+    with pytest.raises(RuntimeError, match="owner stamp") as err:
+        run_grid(cfg, only_models=("csfm",))
+    assert str(exp) in str(err.value) and "untrusted" in str(err.value) and f"Delete {exp}" in str(err.value)
+    assert type(err.value).__name__ == "UntrustedTuneState"
+    assert not layout.cell_dir(gone).exists()
+    shutil.rmtree(exp)  # what the message says: the rerun starts that experiment fresh, finished cells kept
+    kept = _mtimes(layout, [c for c in table["cell_id"] if c != gone])
+    again = run_grid(cfg, only_models=("csfm",))
+    assert (again["status"] == "ok").all() and _mtimes(layout, kept) == kept

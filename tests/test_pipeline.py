@@ -85,3 +85,114 @@ def test_notebook_reproduces_the_figures_from_a_real_run(finished_run, monkeypat
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert len([o for o in outputs if "image/png" in o.get("data", {})]) >= 4
+
+
+# ---------------------------------------------------------------- stage commands use the run's own config
+
+def _stamped_run(tmp_path: Path):
+    """A run folder whose run.yaml (as `raybench grid` writes it) differs from the embedded demo."""
+    from raybench.pipeline import write_run_yaml
+
+    cfg = small_config(tmp_path / "run")
+    cfg = replace(cfg, encoders=replace(cfg.encoders, init_seed=3))
+    RunLayout.at(cfg.run_dir).manifest_dir.mkdir(parents=True)
+    RunLayout.at(cfg.run_dir).manifest.write_bytes(b"")  # the commands below only check that it exists
+    write_run_yaml(cfg)
+    return cfg
+
+
+def _fake_stages(monkeypatch) -> dict:
+    """Record what `train` / `encode` would run with instead of running it."""
+    import pandas as pd
+
+    import raybench.encoders.extract
+    import raybench.ray_session
+    import raybench.sae.grid
+
+    seen: dict = {"train": [], "encode": []}
+
+    def run_grid(cfg, **kw):
+        seen["train"].append(cfg)
+        return pd.DataFrame({"cell_id": ["c"], "status": ["ok"]})
+
+    def extract_activations(manifest, run_dir, spec, enc_cfg, progress=True, depths=None, **kw):
+        seen["encode"].append((spec, enc_cfg, tuple(depths)))
+        return {"layers": [], "skipped_layers": [], "records": 0, "quarantined": 0}
+
+    monkeypatch.setattr(raybench.sae.grid, "run_grid", run_grid)
+    monkeypatch.setattr(raybench.encoders.extract, "extract_activations", extract_activations)
+    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    return seen
+
+
+def test_stage_commands_use_the_runs_own_config_and_refuse_another(tmp_path, monkeypatch):
+    cfg = _stamped_run(tmp_path)
+    seen = _fake_stages(monkeypatch)
+    runner = CliRunner()
+    res = runner.invoke(main, ["train", "--run-dir", cfg.run_dir])
+    assert res.exit_code == 0, res.output
+    assert seen["train"][-1].config_hash() == cfg.config_hash() and seen["train"][-1].protocol.sae.steps == 40
+    res = runner.invoke(main, ["encode", "--run-dir", cfg.run_dir, "--quiet"])
+    assert res.exit_code == 0, res.output
+    spec, enc_cfg, depths = seen["encode"][-1]
+    assert (spec.init_seed, spec.size, depths) == (3, "demo", (0.0, 1.0)) and enc_cfg == cfg.encoders
+
+    other = replace(cfg, protocol=replace(cfg.protocol, sae=replace(cfg.protocol.sae, steps=7)))
+    other_path = tmp_path / "other.yaml"
+    other_path.write_text(dump_run_config(other))
+    n_train, n_encode = len(seen["train"]), len(seen["encode"])
+    for args in (["train", "--config", str(other_path)], ["encode", "--config", str(other_path)],
+                 ["encode", "--size", "full"], ["analyze", "--config", str(other_path)]):
+        res = runner.invoke(main, [*args, "--run-dir", cfg.run_dir])
+        assert res.exit_code != 0, (args, res.output)
+        assert cfg.config_hash() in res.output and "new --run-dir" in res.output, (args, res.output)
+    assert (len(seen["train"]), len(seen["encode"])) == (n_train, n_encode), "nothing ran under another config"
+    # the same config given explicitly (speed knobs aside) is fine
+    same_path = tmp_path / "same.yaml"
+    same_path.write_text(dump_run_config(replace(cfg, resources=replace(cfg.resources, trial_unit="stack"))))
+    res = runner.invoke(main, ["train", "--run-dir", cfg.run_dir, "--config", str(same_path)])
+    assert res.exit_code == 0, res.output
+
+
+def test_first_stage_command_records_the_config_for_the_next(tmp_path, monkeypatch):
+    """A run folder without run.yaml: `train --config` records it, so a later `train` uses it too."""
+    cfg = small_config(tmp_path / "run")
+    layout = RunLayout.at(cfg.run_dir)
+    layout.manifest_dir.mkdir(parents=True)
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_run_config(cfg))
+    seen = _fake_stages(monkeypatch)
+    res = CliRunner().invoke(main, ["train", "--run-dir", cfg.run_dir, "--config", str(cfg_path)])
+    assert res.exit_code == 0, res.output
+    assert layout.run_yaml.exists()
+    res = CliRunner().invoke(main, ["train", "--run-dir", cfg.run_dir])
+    assert res.exit_code == 0, res.output
+    assert [c.config_hash() for c in seen["train"]] == [cfg.config_hash()] * 2
+
+
+# ---------------------------------------------------------------- encode completeness
+
+def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_path, ray_cluster):
+    """Not the store's own index: a changed manifest (5 records fewer) or encoder makes the stage incomplete,
+    and training refuses the stale stores."""
+    from raybench.cohorts.manifest import load_manifest, write_manifest
+    from raybench.encoders.store import StoreError
+    from raybench.pipeline import _encode_complete
+    from raybench.sae.grid import run_grid
+    from tests.small_run import build_encoded_run
+
+    cfg = small_config(tmp_path / "run", models=("csfm",))
+    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid, expansions=(1,),
+                                                                      seeds=(4311,), sensitivity_depth=None)))
+    build_encoded_run(cfg)
+    assert _encode_complete(cfg)
+    assert not _encode_complete(replace(cfg, encoders=replace(cfg.encoders, init_seed=1))), "another encoder"
+
+    layout = RunLayout.at(cfg.run_dir)
+    df, info = load_manifest(layout.manifest)
+    new_hash = write_manifest(layout.manifest, df.iloc[5:].reset_index(drop=True), info.root, list(info.concepts),
+                              info.concept_source)
+    assert new_hash != info.manifest_hash
+    assert not _encode_complete(cfg), "stores of the old manifest"
+    with pytest.raises(StoreError, match="raybench encode"):
+        run_grid(cfg)

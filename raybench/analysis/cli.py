@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
 import click
 
-from raybench.config import ConfigError, RunConfig, from_dict, load_run_config
+from raybench.config import RunConfig
 
 log = logging.getLogger(__name__)
 
 
 def resolve_config(run_dir: str, config_path: str | None) -> RunConfig:
-    """--config when given, else the resolved config recorded in the run's run.yaml."""
-    from raybench.analysis.audit import read_run_yaml, run_section
+    """--config when given (refused when its config hash differs from the run's recorded one), else the resolved
+    config recorded in the run's run.yaml."""
+    from raybench.pipeline import stage_config
 
-    if config_path:
-        return dataclasses.replace(load_run_config(config_path), run_dir=run_dir)
-    raw = read_run_yaml(run_dir)
-    if raw is None:
-        raise click.UsageError(f"{Path(run_dir) / 'run.yaml'} not found: pass --config with the run's config "
-                               f"(the same file given to `raybench grid`)")
-    sections = {k: run_section(raw, k) for k in ("protocol", "cohort", "encoders", "resources")}
-    if sections["protocol"] is None:
-        raise click.UsageError(f"{Path(run_dir) / 'run.yaml'} holds no protocol section: pass --config")
-    try:
-        return from_dict(RunConfig, {"run_dir": run_dir, **{k: v for k, v in sections.items() if v is not None}},
-                         "run.yaml").validate()
-    except ConfigError as err:
-        raise click.UsageError(f"{Path(run_dir) / 'run.yaml'}: {err}") from None
+    return stage_config(run_dir, config_path, demo_fallback=False)
 
 
 def _local_dir(run_dir: str) -> Path:

@@ -6,14 +6,15 @@ import dataclasses
 
 import click
 
-from raybench.config import MODELS, ConfigError, load_run_config
+from raybench.config import MODELS, ConfigError
 from raybench.paths import RunLayout
 
 
 @click.command()
 @click.option("--run-dir", default=None, help="Run folder (default: the config's run_dir). Needs manifest/ built.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Run config YAML (default: the embedded demo config).")
+              help="Run config YAML (default: the run folder's own run.yaml, else the embedded demo config); a "
+                   "config other than the run's is refused.")
 @click.option("--models", default=None, help=f"Comma-separated models (default: the config's grid; known: "
               f"{', '.join(MODELS)}).")
 @click.option("--size", type=click.Choice(["demo", "full"]), default=None, help="Encoder size (overrides config).")
@@ -28,19 +29,20 @@ def encode(run_dir: str | None, config_path: str | None, models: str | None, siz
     Complete stores (same manifest hash and encoder fingerprint) are skipped, so rerunning after an
     interruption only does the remaining work. Bad records go to activations/<model>/quarantine.csv.
     """
-    from raybench.encoders.base import EncoderSpec
     from raybench.encoders.extract import ExtractionError, extract_activations
+    from raybench.pipeline import encoder_spec, stage_config, stamp_run
     from raybench.ray_session import init_ray
 
+    cfg = stage_config(run_dir, config_path)
+    overrides = {k: v for k, v in {"size": size, "batch_size": batch_size, "num_gpus": num_gpus}.items()
+                 if v is not None}
     try:
-        cfg = load_run_config(config_path)
-        overrides = {k: v for k, v in {"size": size, "batch_size": batch_size, "num_gpus": num_gpus}.items()
-                     if v is not None}
         enc_cfg = dataclasses.replace(cfg.encoders, **overrides)
         enc_cfg.validate()
     except ConfigError as err:
         raise click.ClickException(str(err)) from None
-    run_dir = run_dir or cfg.run_dir
+    cfg = dataclasses.replace(cfg, encoders=enc_cfg)
+    run_dir = cfg.run_dir
     if "://" in run_dir:
         raise click.ClickException(f"--run-dir {run_dir}: activation stores are memory-mapped files and need a "
                                    "local (or mounted) folder")
@@ -50,11 +52,12 @@ def encode(run_dir: str | None, config_path: str | None, models: str | None, siz
     names = [m.strip() for m in models.split(",") if m.strip()] if models else list(cfg.protocol.grid.models)
     if not names:
         raise click.ClickException("--models is empty")
+    what = f"--config {config_path}" if config_path else "the run's config"
+    stamp_run(cfg, f"{what} with --size {size}" if size else what)  # --size changes results: same check
 
     init_ray(cfg.resources)
     for name in names:
-        spec = EncoderSpec(name, size=enc_cfg.size, checkpoint=enc_cfg.checkpoints.get(name),
-                           profile=enc_cfg.profile, init_seed=enc_cfg.init_seed)
+        spec = encoder_spec(cfg, name)
         try:
             summary = extract_activations(manifest, run_dir, spec, enc_cfg, progress=not quiet,
                                           depths=None if all_layers else cfg.protocol.grid.depths)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -246,55 +247,35 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
     t0 = time.perf_counter()
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
-    writers = {}
+    extra = {"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint, "input_shape": list(x_shape)}
+    writers = {layer: store.writer(spec.name, layer, n_layers=n_layers, d=d, manifest_hash=manifest.manifest_hash,
+                                   fingerprint=fingerprint, capacity=capacity, extra=extra) for layer in todo}
+    baseline = _free_resources()
+    failure: str | None = None
     try:
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = progress
         ds = _pipeline(manifest, spec, enc_cfg, todo, x_shape, builder, cpu_threads, shared)
-        extra = {"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint,
-                 "input_shape": list(x_shape)}
-        for layer in todo:
-            writers[layer] = store.writer(spec.name, layer, n_layers=n_layers, d=d,
-                                          manifest_hash=manifest.manifest_hash, fingerprint=fingerprint,
-                                          capacity=capacity, extra=extra)
-        bad: list[pd.DataFrame] = []
-        seen = 0
-        last_id = -(2**63)
-        devices: set[str] = set()
-        last_report = t0
-        for batch in ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1):
-            ids = batch["ecg_id"]
-            if len(ids) and (ids[0] <= last_id or np.any(np.diff(ids) <= 0)):
-                raise ExtractionError("Ray Data returned records out of manifest order; preserve_order was not honored")
-            if len(ids):
-                last_id = int(ids[-1])
-            ok, split, states = batch["ok"], batch["split"].astype(str), batch["states"]
-            for s in np.unique(split[ok]):
-                mask = ok & (split == s)
-                for j, layer in enumerate(todo):
-                    writers[layer].append(s, ids[mask], states[mask, j])
-            if not ok.all():
-                bad.append(pd.DataFrame({k: batch[k][~ok] for k in QUARANTINE_COLUMNS}))
-            devices.update(str(v) for v in np.unique(batch["device"]))
-            seen += len(ids)
-            now = time.perf_counter()
-            if progress and now - last_report > 30:
-                _say(f"[encode] {spec.name}: {seen}/{n_total} records, {seen / (now - t0):.1f} rec/s")
-                last_report = now
-        quarantine = pd.concat(bad, ignore_index=True) if bad else pd.DataFrame(columns=list(QUARANTINE_COLUMNS))
-        n_bad = quarantine["split"].astype(str).value_counts().to_dict()
-        first = writers[todo[0]]
-        for s, n in capacity.items():
-            if first.count[s] + n_bad.get(s, 0) != n:
-                raise ExtractionError(f"{spec.name}: split {s!r} got {first.count[s]} rows + {n_bad.get(s, 0)} "
-                                      f"quarantined of {n} manifest records; the stream ended early")
+        quarantine, devices = _consume(ds, writers, todo, spec.name, n_total, t0, progress)
+        del ds
+        _check_counts(spec.name, writers[todo[0]], capacity, quarantine)
         if len(quarantine):
             store.add_quarantine(spec.name, quarantine)
         dirs = [str(writers[layer].finalize()) for layer in todo]
+    except Exception as err:  # re-raised below, once the failed pipeline's actors are released
+        failure = str(err) if isinstance(err, ExtractionError) else _describe(err)
+        del err
     finally:
         for w in writers.values():
             w.abort()
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+    if failure is not None:
+        # The Ray exception's traceback keeps the failed pipeline (and its actors, which hold CPUs and GPU
+        # shares) alive until a garbage collection happens to run; a rerun on a full node would then wait
+        # forever for its loading tasks. Drop those references now and wait until the resources are back.
+        _release_failed_pipeline(baseline)
+        raise ExtractionError(f"{spec.name}: extraction failed; no partial store was kept, rerun to finish "
+                              f"the remaining layers. Cause: {failure}")
     seconds = time.perf_counter() - t0
     n_ok = n_total - len(quarantine)
     summary.update(records=n_ok, quarantined=len(quarantine), seconds=seconds, records_per_s=n_total / seconds,
@@ -304,6 +285,84 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
         _say(f"[encode] {spec.name}: {n_ok} records ({len(quarantine)} quarantined) x {len(todo)} layers in "
              f"{seconds:.1f}s, {n_total / seconds:.1f} rec/s on {', '.join(sorted(devices))}")
     return summary
+
+
+def _consume(ds, writers: dict, todo: list[int], name: str, n_total: int, t0: float,
+             progress: bool) -> tuple[pd.DataFrame, set[str]]:
+    """Stream the pipeline's batches into the layer writers in manifest order; returns (quarantine, devices)."""
+    bad: list[pd.DataFrame] = []
+    seen = 0
+    last_id = -(2**63)
+    devices: set[str] = set()
+    last_report = t0
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1):
+        ids = batch["ecg_id"]
+        if len(ids) and (ids[0] <= last_id or np.any(np.diff(ids) <= 0)):
+            raise ExtractionError("Ray Data returned records out of manifest order; preserve_order was not honored")
+        if len(ids):
+            last_id = int(ids[-1])
+        ok, split, states = batch["ok"], batch["split"].astype(str), batch["states"]
+        for s in np.unique(split[ok]):
+            mask = ok & (split == s)
+            for j, layer in enumerate(todo):
+                writers[layer].append(s, ids[mask], states[mask, j])
+        if not ok.all():
+            bad.append(pd.DataFrame({k: batch[k][~ok] for k in QUARANTINE_COLUMNS}))
+        devices.update(str(v) for v in np.unique(batch["device"]))
+        seen += len(ids)
+        now = time.perf_counter()
+        if progress and now - last_report > 30:
+            _say(f"[encode] {name}: {seen}/{n_total} records, {seen / (now - t0):.1f} rec/s")
+            last_report = now
+    quarantine = pd.concat(bad, ignore_index=True) if bad else pd.DataFrame(columns=list(QUARANTINE_COLUMNS))
+    return quarantine, devices
+
+
+def _check_counts(name: str, first_writer, capacity: dict[str, int], quarantine: pd.DataFrame) -> None:
+    n_bad = quarantine["split"].astype(str).value_counts().to_dict()
+    for s, n in capacity.items():
+        if first_writer.count[s] + n_bad.get(s, 0) != n:
+            raise ExtractionError(f"{name}: split {s!r} got {first_writer.count[s]} rows + {n_bad.get(s, 0)} "
+                                  f"quarantined of {n} manifest records; the stream ended early")
+
+
+def _describe(err: BaseException) -> str:
+    """What the user's code raised inside a Ray worker (the first `Type: message` line of the remote traceback
+    that is not a Ray wrapper) first, then the full text."""
+    text = f"{type(err).__name__}: {err}"
+    for line in str(err).splitlines():
+        if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ", line) and not line.startswith("ray."):
+            return f"{line.strip()}\n{text}"
+    return text
+
+
+def _free_resources() -> dict[str, float]:
+    import ray
+
+    return {k: float(v) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+
+
+def _release_failed_pipeline(baseline: dict[str, float], timeout_s: float = 30.0) -> None:
+    """Collect the failed pipeline (its actors die with their last handle) and wait, bounded, until the CPU and
+    GPU shares it held are free again, so that an immediate rerun can schedule its loading tasks."""
+    import gc
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        gc.collect()
+        free = _free_resources()
+        if all(free.get(k, 0.0) >= v - 1e-9 for k, v in baseline.items()) or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
+def actor_cpus(num_gpus: float, max_actors: int, cluster_cpus: float) -> float:
+    """CPUs each encoder actor reserves. On CPU the loading step is fused into the actor (1 CPU each). With a
+    GPU share, loading runs in separate 1-CPU tasks: the actors together leave at least one CPU of the cluster
+    for them (fractional reservations), or the stream would wait forever for its first batch."""
+    if num_gpus <= 0:
+        return 1.0
+    return max(0.0, min(1.0, (cluster_cpus - 1.0) / max_actors))
 
 
 def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConfig, layers: list[int],
@@ -324,7 +383,9 @@ def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConf
         fn_constructor_kwargs={"spec": spec, "layers": layers, "builder": builder, "cpu_threads": cpu_threads,
                                "shared": shared},
         compute=ray.data.ActorPoolStrategy(min_size=enc_cfg.min_actors, max_size=enc_cfg.max_actors),
-        num_gpus=enc_cfg.num_gpus or None, num_cpus=1, batch_size=enc_cfg.batch_size, batch_format="numpy",
+        num_gpus=enc_cfg.num_gpus or None,
+        num_cpus=actor_cpus(enc_cfg.num_gpus, enc_cfg.max_actors, ray.cluster_resources().get("CPU", 1.0)),
+        batch_size=enc_cfg.batch_size, batch_format="numpy",
     )
 
 

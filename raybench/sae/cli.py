@@ -6,29 +6,37 @@ from dataclasses import replace
 
 import click
 
-from raybench.config import load_run_config
-
 
 @click.command()
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="YAML run config. Default: the embedded demo.")
-@click.option("--run-dir", default=None, help="Run folder holding manifest/ and activations/.")
+              help="YAML run config. Default: the run folder's own run.yaml (else the embedded demo); a config "
+                   "other than the run's is refused.")
+@click.option("--run-dir", default=None, help="Run folder holding manifest/ and activations/ (default: the "
+              "config's run_dir).")
 @click.option("--trial-gpus", type=float, default=None, help="GPU fraction per trial, e.g. 0.25 packs four per GPU.")
 @click.option("--max-concurrent", type=int, default=None, help="Cap on concurrent trials (0: as resources allow).")
 def train(config_path: str | None, run_dir: str | None, trial_gpus: float | None, max_concurrent: int | None) -> None:
     """Train every missing cell (450 primary + 90 sensitivity) and write tables/cells.parquet."""
+    from raybench.encoders.store import StoreError
+    from raybench.pipeline import stage_config, stamp_run
     from raybench.sae.grid import run_grid
 
-    cfg = load_run_config(config_path)
-    if run_dir:
-        cfg = replace(cfg, run_dir=run_dir)
+    cfg = stage_config(run_dir, config_path)
+    if "://" in cfg.run_dir:
+        raise click.ClickException(f"--run-dir {cfg.run_dir}: `raybench train` needs a local (or mounted) run "
+                                   "folder; `raybench grid` works on s3:// runs")
     res = cfg.resources
     if trial_gpus is not None:
         res = replace(res, trial_gpus=trial_gpus)
     if max_concurrent is not None:
         res = replace(res, max_concurrent_trials=max_concurrent)
     res.validate()
-    table = run_grid(replace(cfg, resources=res), verbose=1)
+    cfg = replace(cfg, resources=res)
+    stamp_run(cfg, f"--config {config_path}" if config_path else "the run's config")
+    try:
+        table = run_grid(cfg, verbose=1)
+    except (StoreError, FileNotFoundError) as err:
+        raise click.ClickException(str(err)) from None
     ok = int((table["status"] == "ok").sum())
     click.echo(f"{ok}/{len(table)} cells ok; table: {cfg.run_dir}/tables/cells.parquet")
     failed = table[table["status"] != "ok"]
