@@ -8,7 +8,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class RunLayout:
-    """Paths inside a run folder (DESIGN.md section 3)."""
+    """Paths inside a run folder (docs/architecture.md §2)."""
 
     root: Path
 
@@ -62,6 +62,11 @@ class RunLayout:
     @property
     def cells_table(self) -> Path:
         return self.tables_dir / "cells.parquet"
+
+    @property
+    def randomness_dir(self) -> Path:
+        """Seeds, streams and index files of the evaluation's random draws (raybench.analysis.randomness)."""
+        return self.root / "randomness"
 
     @property
     def figures_dir(self) -> Path:

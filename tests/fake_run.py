@@ -24,7 +24,7 @@ N_LAYERS = {"csfm": 12, "cardiac_fm": 12, "ecg_fm": 12, "ecg_jepa": 8, "hubert_e
 D_MODEL = 768
 METRICS = ("reconstruction", "accessibility", "coverage")
 FAMILIES = {"RATE_RHYTHM": 5, "INTERVAL": 8, "AXIS": 4, "AMPLITUDE": 17, "ST_T": 15}
-PUBLISHED = {  # DESIGN.md section 10 (PTB-XL AUCs), only to fill the fake `published` column
+PUBLISHED = {  # docs/protocol.md §10.1 (PTB-XL AUCs), only to fill the fake `published` column
     "reconstruction": {"hubert_ecg": .985, "ecg_jepa": .972, "csfm": .964, "ecg_fm": .940, "cardiac_fm": .936,
                        "st_mem": .916},
     "accessibility": {"ecg_jepa": .351, "ecg_fm": .331, "cardiac_fm": .331, "st_mem": .314, "hubert_ecg": .272,
@@ -33,7 +33,11 @@ PUBLISHED = {  # DESIGN.md section 10 (PTB-XL AUCs), only to fill the fake `publ
                  "csfm": .659},
 }
 TABLES = ("cells", "profiles", "contrasts", "curves", "rank_stability", "crossed", "depth_scale", "sensitivity",
-          "reproducibility", "concepts", "arm", "missing")
+          "reproducibility", "concepts", "arm", "missing",
+          # the paper analyses (raybench.analysis.paper_analyses)
+          "fidelity_gate", "fidelity_gate_models", "crossed_contrasts", "arm_rank_agreement", "arm_differences",
+          "arm_auc_differences", "reproducibility_pairs", "reproducibility_auc", "dead_fraction", "dead_fraction_auc",
+          "dead_fraction_rank_stability")
 Key = tuple[str, float, int, int, str]
 
 
@@ -86,6 +90,7 @@ def write_fake_run(
           "no row in cells table" if k in drop else f"failed: {fail[k]}")
          for k in expected_cells(grid) if k in drop or k in fail],
         columns=["arm", "model", "q", "expansion", "seed", "cell_id", "reason"])
+    out.update(_paper_tables(protocol, out, rng, cohort_kind))
     for name in tables:
         write_table(layout.tables_dir / f"{name}.parquet", out[name])
     if secondary:
@@ -97,6 +102,7 @@ def write_fake_run(
              "cka": rng.uniform(.6, .9, len(models))}))
         write_table(layout.tables_dir / "intervention.parquet", pd.DataFrame(
             {"model": models, "basis": "sae", "off_target_rms": rng.uniform(.1, .3, len(models))}))
+        write_table(layout.tables_dir / "harmonization_concept_contrasts.parquet", _harmonization_concepts(models, rng))
     if run_yaml:
         raw = to_dict(cfg)
         raw["cohort"]["kind"] = cohort_kind
@@ -249,3 +255,82 @@ def _arm(cells: pd.DataFrame) -> pd.DataFrame:
                 rows.append({"model": m, "expansion": e, "metric": metric, "primary": v, "sensitivity": b[(m, e)],
                              "diff": b[(m, e)] - v})
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- paper analyses (shapes from the pure functions)
+
+def _paper_tables(protocol: Protocol, out: dict[str, pd.DataFrame], rng: np.random.Generator,
+                  cohort_kind: str) -> dict[str, pd.DataFrame]:
+    from raybench.analysis import paper_analyses as pa
+    from raybench.analysis.completeness import attach, counts, finish, grid_frame, sum_of
+
+    g = protocol.grid
+    models, es, seeds = list(g.models), [int(e) for e in g.expansions], sorted(int(s) for s in g.seeds)
+    cells = out["cells"]
+    ok = cells[cells.status == "ok"].astype({"q": float, "expansion": int, "seed": int})
+    grid = grid_frame([(k[4], k[0], k[1], k[2], k[3]) for k in expected_cells(g)], ok)
+    prim_grid = grid[grid.arm == "primary"]
+    res: dict[str, pd.DataFrame] = {}
+    res["fidelity_gate"], res["fidelity_gate_models"] = pa.fidelity_gate(ok, grid, 0.90, 0.20)
+    prim = ok[ok.arm == "primary"].assign(value=ok.val_dead_fraction)
+    curve = pa.dead_fraction_curve(prim, "test")
+    res["dead_fraction"] = attach(curve, counts(prim_grid, ["model", "expansion"]),
+                                  {"model": "model", "expansion": "expansion"})
+    rs = pa.scale_rank_stability(curve, models, higher_better=False).assign(split="test")
+    res["dead_fraction_rank_stability"] = sum_of(rs, counts(prim_grid, ["expansion"]), "expansion",
+                                                 ("expansion_a", "expansion_b"))
+    auc = curve.groupby("model", sort=True)["value"].mean()
+    res["dead_fraction_auc"] = attach(pd.DataFrame({"model": auc.index, "split": "test", "auc": auc.to_numpy(),
+                                                    "ci_low": auc.to_numpy() - .01, "ci_high": auc.to_numpy() + .01}),
+                                      counts(prim_grid, ["model"]), {"model": "model"})
+    prof = out["profiles"]
+    parts = []
+    for metric, sub in prof.groupby("metric", sort=True):
+        point = sub.auc.to_numpy()
+        draws = point + rng.normal(0, 0.01, size=(200, len(point)))
+        parts.append(pa.pairwise_contrasts(metric, list(sub.model), point, draws, 2.5, 97.5))
+    res["crossed_contrasts"] = sum_of(pd.concat(parts, ignore_index=True), counts(prim_grid, ["model"]), "model",
+                                      ("model_a", "model_b"))
+    if g.sensitivity_depth is not None:
+        at = ok[ok.q == g.sensitivity_depth].rename(columns={"test_r2": "reconstruction", "test_accessibility":
+                                                             "accessibility", "test_coverage": "coverage",
+                                                             "val_dead_fraction": "dead_fraction"})
+        metrics = {"reconstruction": True, "accessibility": True, "coverage": True, "dead_fraction": False}
+        arm = pa.arm_tables(at, metrics, models, es, seeds, pa.paired_seed_draws(0, 200, len(seeds)), 2.5, 97.5)
+        sub = grid[grid.q == g.sensitivity_depth]
+        res["arm_rank_agreement"] = attach(arm["arm_rank_agreement"], counts(sub, ["expansion"]),
+                                           {"expansion": "expansion"})
+        res["arm_differences"] = attach(arm["arm_differences"], counts(sub, ["model", "expansion"]),
+                                        {"model": "model", "expansion": "expansion"})
+        res["arm_auc_differences"] = attach(arm["arm_auc_differences"], counts(sub, ["model"]), {"model": "model"})
+    rep = out["reproducibility"]
+    pairs = [(r.model, r.q, r.expansion, a, b, r.matched_cosine + d, r.random_floor, r.excess + d,
+              r.subspace_overlap) for r in rep.itertuples() for (a, b), d in
+             zip(pa.seed_pairs(seeds), rng.normal(0, .01, len(pa.seed_pairs(seeds))), strict=True)]
+    cols = pa.PAPER_COLUMNS["reproducibility_pairs"][:9]
+    res["reproducibility_pairs"] = attach(pd.DataFrame(pairs, columns=cols),
+                                          counts(prim_grid, ["model", "q", "expansion"]),
+                                          {"model": "model", "q": "q", "expansion": "expansion"})
+    rows = []
+    for measure in pa.REPRO_MEASURES:
+        mean = rep.groupby("model", sort=True)[measure].mean()
+        pub = pa.PUBLISHED_REPRODUCIBILITY[measure]
+        rows += [(m, measure, v, v - .02, v + .02, 1.0 / len(mean),
+                  pub.get(m, np.nan) if cohort_kind == "ptbxl" else np.nan) for m, v in mean.items()]
+    res["reproducibility_auc"] = attach(pd.DataFrame(rows, columns=pa.PAPER_COLUMNS["reproducibility_auc"][:7]),
+                                        counts(prim_grid, ["model"]), {"model": "model"})
+    for name in ("arm_rank_agreement", "arm_differences", "arm_auc_differences"):
+        res.setdefault(name, pd.DataFrame(columns=pa.PAPER_COLUMNS[name]))
+    return {n: finish(df)[pa.PAPER_COLUMNS[n]] for n, df in res.items()}
+
+
+def _harmonization_concepts(models, rng) -> pd.DataFrame:
+    from raybench.analysis.secondary.harmonization import CONCEPT_CONTRAST_COLUMNS
+    from raybench.analysis.stats import benjamini_hochberg
+
+    rows = [(m, p, f"{fam.lower()}_{i}", fam, d, d - .01, d + .01, float(min(1.0, 0.002 + abs(d) * 40)), 200)
+            for m in models for p in ("lead", "temporal", "joint") for fam, n in FAMILIES.items() for i in range(n)
+            for d in [float(rng.normal(0, .01))]]
+    df = pd.DataFrame(rows, columns=CONCEPT_CONTRAST_COLUMNS[:-1])
+    df["q_value_bh"] = benjamini_hochberg(df.p_value.to_numpy())
+    return df

@@ -31,7 +31,7 @@ def test_panel_has_49_concepts_in_design_family_counts():
     assert FAMILIES == ("RATE_RHYTHM", "INTERVAL", "AXIS", "AMPLITUDE", "ST_T")
     counts = Counter(c.family for c in CONCEPTS)
     assert [counts[f] for f in FAMILIES] == [5, 8, 4, 17, 15]
-    # families appear as contiguous blocks in DESIGN order
+    # families appear as contiguous blocks in the order of docs/protocol.md §3.2
     order = [c.family for c in CONCEPTS]
     assert order == sorted(order, key=FAMILIES.index)
 

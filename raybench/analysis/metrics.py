@@ -1,4 +1,4 @@
-"""Per-cell metric math (DESIGN.md section 7) as pure functions of arrays.
+"""Per-cell metric math (docs/protocol.md §7) as pure functions of arrays.
 
 Everything here is deterministic and free of I/O so it can be checked against hand-computed cases
 and independent formulas; the bootstrap reuses these on reweighted sufficient statistics.
@@ -82,6 +82,19 @@ def common_scale_auc(values: np.ndarray, expansions: Sequence[float], axis: int 
     return values @ auc_weights(expansions)
 
 
+def trapezoid_auc(values: np.ndarray, expansions: Sequence[float], axis: int = -1) -> np.ndarray:
+    """The same AUC in the published code's arithmetic: np.trapezoid over log E / (log Emax - log Emin).
+
+    Equal to common_scale_auc up to rounding; used where rounding decides ties (quantized metrics such as
+    coverage k/C in the crossed bootstrap), so paired p-values and rank ties come out as published.
+    """
+    x = np.log(np.asarray(expansions, dtype=np.float64))
+    if x.ndim != 1 or len(x) < 2 or np.any(np.diff(x) <= 0):
+        raise ValueError(f"expansions must be >= 2 strictly increasing values, got {list(expansions)}")
+    values = np.asarray(values, dtype=np.float64)
+    return np.trapezoid(values, x=x, axis=axis) / (x[-1] - x[0])
+
+
 # ---------------------------------------------------------------- reproducibility
 
 
@@ -114,11 +127,14 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum((qa.T @ qb) ** 2) / rank)
 
 
-def reproducibility(decoders: Sequence[np.ndarray], top: int, n_permutations: int, seed: int) -> dict[str, float]:
+def reproducibility(decoders: Sequence[np.ndarray], top: int, n_permutations: int, seed: int,
+                    pair_seeds: Sequence[int] | None = None) -> dict[str, float]:
     """Seed-to-seed stability of the most active decoder columns for one (model, depth, E).
 
     decoders: per seed, [d, m_s] columns sorted by validation firing rate (most active first).
     Every seed keeps the same count m = min(top, min_s m_s); results are means over seed pairs.
+    The permutation floor draws from one default_rng(seed) across the pairs (i < j, in order), or - the
+    published stream - from a fresh default_rng(pair_seeds[p]) for the p-th pair (see streams.floor_seed).
     """
     if len(decoders) < 2:
         raise ValueError(f"reproducibility needs at least two seeds, got {len(decoders)}")
@@ -126,16 +142,23 @@ def reproducibility(decoders: Sequence[np.ndarray], top: int, n_permutations: in
     if m < 1:
         raise ValueError("reproducibility needs at least one non-dead decoder column in every seed")
     kept = [np.asarray(d)[:, :m] for d in decoders]
+    n_pairs = len(kept) * (len(kept) - 1) // 2
+    if pair_seeds is not None and len(pair_seeds) != n_pairs:
+        raise ValueError(f"pair_seeds has {len(pair_seeds)} seeds for {n_pairs} seed pairs")
     rng = np.random.default_rng(seed)
     match, floor, overlap = [], [], []
     for i in range(len(kept)):
         for j in range(i + 1, len(kept)):
+            if pair_seeds is not None:
+                rng = np.random.default_rng(int(pair_seeds[len(floor)]))
             match.append(matched_cosine(kept[i], kept[j]))
             floor.append(random_pairing_floor(kept[i], kept[j], n_permutations, rng))
             overlap.append(subspace_overlap(kept[i], kept[j]))
     mc, rf = float(np.mean(match)), float(np.mean(floor))
+    pairs = [(i, j) for i in range(len(kept)) for j in range(i + 1, len(kept))]  # per pair: (i, j, mc, floor, ov)
     return {"matched_cosine": mc, "random_floor": rf, "excess": mc - rf,
-            "subspace_overlap": float(np.mean(overlap)), "n_columns": m}
+            "subspace_overlap": float(np.mean(overlap)), "n_columns": m,
+            "pairs": [(i, j, match[p], floor[p], overlap[p]) for p, (i, j) in enumerate(pairs)]}
 
 
 # ---------------------------------------------------------------- averaging helpers

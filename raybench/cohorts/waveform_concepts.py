@@ -1,6 +1,6 @@
 """The seven waveform-derived concepts (MIMIC replication; any WFDB cohort without PTB-XL+ tables).
 
-Method (DESIGN section 4, "Waveform-derived concepts"): lead II is cleaned (`nk.ecg_clean`), R peaks
+Method (docs/protocol.md §4.1): lead II is cleaned (`nk.ecg_clean`), R peaks
 are found (`nk.ecg_peaks`) and every beat is delineated (`nk.ecg_delineate(method="dwt")`).
 
 Choices this module makes, and why:
@@ -31,6 +31,24 @@ Choices this module makes, and why:
 `measure_record` raises `ConceptError` (a `RecordError`) with a short reason when a record cannot be
 measured at all; concepts that cannot be measured on an otherwise usable record come back as NaN.
 `extract_concepts` runs it as Ray tasks and never lets one bad record stop the others.
+
+Two extractors (`EXTRACTORS`, chosen by `extractor=`; config `cohort.concept_extractor`):
+- `refined` (`measure_record`): everything above.
+- `published` (`measure_record_published`): the protocol's own extraction as its published code ran it
+  on MIMIC-IV-ECG (scripts/build_waveform_extraction_smoke.py `extract_record`, used by
+  build_track_f_full_waveform_concepts.py). Lead II (NaN -> 0) is cleaned, R peaks are the detector's
+  marks as returned (no steepness or spacing filter), every beat is delineated with the DWT. Each fiducial
+  list is stripped of missing points and then paired by position (`zip(onsets, offsets)`, kept when
+  offset > onset): QRS = R onset -> R offset, PR = P onset -> R onset, QT-like = R onset -> T offset, so a
+  point the DWT misses shifts the pairing onto the next beat's point (where it usually fails offset >
+  onset or the window). The same plausibility windows apply. Amplitudes are raw: the largest |value|
+  across the 12 leads at the detector's R mark, at the T peak and 60 ms after the (DWT) R offset, with
+  no baseline reference (a DC offset or baseline wander adds to them). Values are rounded to 6
+  significant digits, as the published CSV stored them. A record fails (`ConceptError`, the published
+  `status != "ok"`) on fewer than 3 R peaks or any error in neurokit.
+  Documented differences from `refined`: wider lead-II DWT QRS (~110-120 ms for narrow complexes), a
+  PR/QT lost or shifted where a P onset / T offset / R onset is missed, T waves counted as beats where
+  the detector marks them, and amplitudes shifted by the baseline offset at the sample read.
 """
 
 from __future__ import annotations
@@ -48,7 +66,7 @@ from raybench.cohorts.panel import WAVEFORM_CONCEPTS
 from raybench.cohorts.waveforms import LEADS, RecordError, read_record
 
 LEAD_II = LEADS.index("II")
-# plausibility windows (ms), DESIGN section 4
+# plausibility windows (ms), docs/protocol.md §4.1
 RR_WINDOW = (250.0, 2500.0)
 QRS_WINDOW = (40.0, 220.0)
 PR_WINDOW = (60.0, 320.0)
@@ -64,6 +82,8 @@ JOIN_FRACTION = 0.2  # ... and, after the R peak, only if this steep (module doc
 MIN_BEATS = 3
 MIN_PEAK_SCORE = 0.3  # a detection this much less steep than the typical beat is not a QRS
 MIN_SECONDS = 2.0
+EXTRACTORS: tuple[str, ...] = ("published", "refined")
+PUBLISHED_DIGITS = 6  # the published extractor wrote f"{value:.6g}"
 
 
 class ConceptError(RecordError):
@@ -321,22 +341,128 @@ def _concepts_from_points(signal: np.ndarray, mag: np.ndarray | None, rpeaks: np
     }
 
 
-def measure_path(root: str | Path, rel_path: str, fs: float | None, refine_qrs: bool = True) -> dict[str, float]:
+# ---------------------------------------------------------------- the published extractor
+
+
+def _finite_ints(values) -> list[int]:  # noqa: ANN001 - neurokit lists / arrays
+    """The published `[int(x) for x in finite_values(...)]`: missing points dropped, not kept in place."""
+    out = []
+    for value in values:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(x):
+            out.append(int(x))
+    return out
+
+
+def _published_median(values: list[float]) -> float:
+    if not values:
+        return math.nan
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+
+
+def _published_global_abs(signal: np.ndarray, indices: list[int]) -> float:
+    """Median over `indices` of the largest |raw value| across leads (no baseline reference)."""
+    vals = []
+    n = signal.shape[1]
+    for idx in indices:
+        if idx < 0 or idx >= n:
+            continue
+        col = signal[:, idx]
+        if not np.isfinite(col).any():
+            continue
+        vals.append(float(np.nanmax(np.abs(col))))
+    return _published_median(vals)
+
+
+def _published_round(value: float) -> float:
+    return float(f"{value:.{PUBLISHED_DIGITS}g}") if math.isfinite(value) else math.nan
+
+
+def published_concepts(signal: np.ndarray, rpeaks: list[int], waves: dict, fs: float) -> dict[str, float]:
+    """The seven concepts from detector marks and DWT points exactly as the published code pairs them.
+
+    signal: [12, T] raw mV; rpeaks: the detector's R marks; waves: `nk.ecg_delineate` output.
+    """
+    r_on = _finite_ints(waves.get("ECG_R_Onsets", []))
+    r_off = _finite_ints(waves.get("ECG_R_Offsets", []))
+    p_on = _finite_ints(waves.get("ECG_P_Onsets", []))
+    t_off = _finite_ints(waves.get("ECG_T_Offsets", []))
+    t_peak = _finite_ints(waves.get("ECG_T_Peaks", []))
+
+    def window(pairs, lo: float, hi: float) -> float:  # noqa: ANN001
+        return _published_median([x for x in ((b - a) / fs * 1000.0 for a, b in pairs) if lo <= x <= hi])
+
+    values = {
+        "rr_mean_ms": window(zip(rpeaks[:-1], rpeaks[1:], strict=True), *RR_WINDOW),
+        "qrs_duration_ms": window(((a, b) for a, b in zip(r_on, r_off, strict=False) if b > a), *QRS_WINDOW),
+        "pr_interval_ms": window(((a, b) for a, b in zip(p_on, r_on, strict=False) if b > a), *PR_WINDOW),
+        "qt_like_ms": window(((a, b) for a, b in zip(r_on, t_off, strict=False) if b > a), *QT_WINDOW),
+        "r_amp_global_mv": _published_global_abs(signal, list(rpeaks)),
+        "st_amp_global_mv": _published_global_abs(signal, [i + int(round(0.06 * fs))  # ST_OFFSET_MS
+                                                           for i in r_off]),
+        "t_amp_global_mv": _published_global_abs(signal, t_peak),
+    }
+    return {name: _published_round(values[name]) for name in WAVEFORM_CONCEPTS}
+
+
+def measure_record_published(signal: np.ndarray, fs: float) -> dict[str, float]:
+    """The published extractor on one record (module doc). signal: [12, T] mV in LEADS order."""
+    import neurokit2 as nk
+
+    signal = np.asarray(signal, dtype=np.float64)
+    if signal.ndim != 2 or signal.shape[0] != len(LEADS):
+        raise ConceptError("bad_shape", f"expected a [12, T] signal with lead II, got shape {signal.shape}")
+    lead = signal[LEAD_II]
+    if not np.isfinite(lead).all():
+        lead = np.nan_to_num(lead, nan=0.0)
+    with quiet():
+        try:
+            cleaned = nk.ecg_clean(lead, sampling_rate=fs)
+            _, info = nk.ecg_peaks(cleaned, sampling_rate=fs)
+            rpeaks = _finite_ints(info.get("ECG_R_Peaks", []))
+            if len(rpeaks) < 3:
+                raise ConceptError("too_few_beats", f"{len(rpeaks)} R peaks in lead II (need >= 3)")
+            _, waves = nk.ecg_delineate(cleaned, rpeaks, sampling_rate=fs, method="dwt")
+            return published_concepts(signal, rpeaks, waves, fs)
+        except ConceptError:
+            raise
+        except Exception as err:  # the published code marks any error as a failed record
+            raise ConceptError("extraction_failed", f"{type(err).__name__}: {err}") from err
+
+
+def measure_signal(signal: np.ndarray, fs: float, extractor: str = "refined", refine_qrs: bool = True
+                   ) -> dict[str, float]:
+    """Dispatch to the chosen extractor (`refine_qrs` applies to `refined` only)."""
+    if extractor == "published":
+        return measure_record_published(signal, fs)
+    if extractor == "refined":
+        return measure_record(signal, fs, refine_qrs=refine_qrs)
+    raise ValueError(f"unknown concept extractor {extractor!r}; expected one of {list(EXTRACTORS)}")
+
+
+def measure_path(root: str | Path, rel_path: str, fs: float | None, refine_qrs: bool = True,
+                 extractor: str = "refined") -> dict[str, float]:
     """Read one WFDB record (validated, LEADS order) and measure it; errors name the record."""
     wave = read_record(root, rel_path, expect_fs=fs)
     try:
-        return measure_record(wave.signal, wave.fs, refine_qrs=refine_qrs)
+        return measure_signal(wave.signal, wave.fs, extractor, refine_qrs)
     except ConceptError as err:
         raise ConceptError(err.reason, err.detail, record=rel_path) from err
 
 
-def measure_rows(root: str, rows: list[tuple[int, str, float | None]], refine_qrs: bool = True
+def measure_rows(root: str, rows: list[tuple[int, str, float | None]], refine_qrs: bool = True,
+                 extractor: str = "refined"
                  ) -> tuple[list[tuple[int, dict[str, float]]], list[tuple[int, str, str]]]:
     """Measure a chunk of (ecg_id, path, fs); returns (values, failures as (ecg_id, reason, detail))."""
     values, failures = [], []
     for ecg_id, path, fs in rows:
         try:
-            values.append((ecg_id, measure_path(root, path, fs, refine_qrs)))
+            values.append((ecg_id, measure_path(root, path, fs, refine_qrs, extractor)))
         except RecordError as err:
             failures.append((ecg_id, err.reason, err.detail))
         except Exception as err:  # never lose the rest of the chunk to one unexpected error
@@ -345,8 +471,8 @@ def measure_rows(root: str, rows: list[tuple[int, str, float | None]], refine_qr
 
 
 def extract_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None = None, chunk_size: int | None = None,
-                     refine_qrs: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Measure every record as Ray tasks over chunks.
+                     refine_qrs: bool = True, extractor: str = "refined") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Measure every record as Ray tasks over chunks (`extractor`: refined | published, module doc).
 
     records: columns ecg_id, path (relative to root, no extension), fs (expected Hz; NaN/None skips
     the check). num_cpus: at most this many tasks in flight (default: the cluster's CPUs); also used
@@ -359,6 +485,8 @@ def extract_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None = N
     missing = {"ecg_id", "path", "fs"} - set(records.columns)
     if missing:
         raise ValueError(f"records table lacks columns {sorted(missing)}; expected ecg_id, path, fs")
+    if extractor not in EXTRACTORS:
+        raise ValueError(f"unknown concept extractor {extractor!r}; expected one of {list(EXTRACTORS)}")
     if records["ecg_id"].duplicated().any():
         dup = records.loc[records["ecg_id"].duplicated(), "ecg_id"].head(5).tolist()
         raise ValueError(f"duplicate ecg_id values {dup}; each record needs a unique id")
@@ -381,7 +509,7 @@ def extract_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None = N
         if len(pending) >= slots:
             done, pending = ray.wait(pending, num_returns=1)
             results.extend(ray.get(done))
-        pending.append(task.remote(root_s, chunk, refine_qrs))
+        pending.append(task.remote(root_s, chunk, refine_qrs, extractor))
     results.extend(ray.get(pending))
 
     table = pd.DataFrame(np.nan, index=pd.Index(ids, name="ecg_id"), columns=list(WAVEFORM_CONCEPTS))
@@ -396,8 +524,8 @@ def extract_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None = N
     return table.astype("float64"), failures_df
 
 
-def _measure_rows_task(root: str, rows: list, refine_qrs: bool):
-    return measure_rows(root, rows, refine_qrs)
+def _measure_rows_task(root: str, rows: list, refine_qrs: bool, extractor: str = "refined"):
+    return measure_rows(root, rows, refine_qrs, extractor)
 
 
 def _as_id(value):

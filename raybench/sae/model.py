@@ -1,4 +1,4 @@
-"""Stacked BatchTopK SAEs (DESIGN.md section 6).
+"""Stacked BatchTopK SAEs (docs/protocol.md §6).
 
 S SAEs of the same shape (d, N, k) live in one module so one batched GEMM encodes all of them;
 each SAE is initialised from its own seed, so a stack equals S separately built SAEs.
@@ -35,12 +35,15 @@ class SAECellConfig:
     aux_coef: float
     dead_after_batches: int
     std_floor: float = 1e-6
+    sampler: str = "epoch"  # per_step (published) | epoch; see SAEProtocol.sampler
+    grad_clip: float | None = None  # max total gradient norm per SAE (published: 1e5); None: no clipping
 
     @classmethod
     def from_protocol(cls, sae: SAEProtocol, d: int, n_latents: int, k: int, seed: int) -> SAECellConfig:
         return cls(d=d, n_latents=n_latents, k=k, seed=seed, steps=sae.steps, batch_size=sae.batch_size,
                    lr=sae.lr, beta1=sae.beta1, beta2=sae.beta2, aux_k=sae.aux_k, aux_coef=sae.aux_coef,
-                   dead_after_batches=sae.dead_after_batches, std_floor=sae.std_floor)
+                   dead_after_batches=sae.dead_after_batches, std_floor=sae.std_floor, sampler=sae.sampler,
+                   grad_clip=sae.grad_clip)
 
     def validate(self) -> SAECellConfig:
         for name in ("d", "n_latents", "k", "steps", "batch_size", "aux_k", "dead_after_batches"):
@@ -48,6 +51,10 @@ class SAECellConfig:
                 raise ValueError(f"SAECellConfig.{name} must be > 0, got {getattr(self, name)}")
         if self.k > self.n_latents:
             raise ValueError(f"SAECellConfig.k={self.k} exceeds n_latents={self.n_latents}")
+        if self.sampler not in ("per_step", "epoch"):
+            raise ValueError(f"SAECellConfig.sampler must be per_step or epoch, got {self.sampler!r}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"SAECellConfig.grad_clip must be > 0 or None, got {self.grad_clip}")
         return self
 
     @property
@@ -147,7 +154,12 @@ class StackedBatchTopKSAE(nn.Module):
 
     @classmethod
     def from_seeds(cls, seeds: list[int], d: int, n_latents: int, k: int) -> StackedBatchTopKSAE:
-        """Kaiming-uniform W_enc (torch Linear's a = sqrt 5), W_dec = W_enc^T with unit columns, zero biases."""
+        """Kaiming-uniform W_enc (torch Linear's a = sqrt 5), W_dec = W_enc^T with unit columns, zero biases.
+
+        Bit for bit the published init (torch.manual_seed(seed), then the model's constructor): the column
+        norms are taken on a [d, N] copy, the published memory layout, because the float32 norm of a strided
+        column and of a contiguous row can differ in the last bit.
+        """
         sae = cls(len(seeds), d, n_latents, k)
         with torch.no_grad():
             for i, seed in enumerate(seeds):
@@ -155,7 +167,10 @@ class StackedBatchTopKSAE(nn.Module):
                 w = torch.empty(n_latents, d)
                 nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=g)
                 sae.W_enc[i].copy_(w)
-                sae.W_dec_t[i].copy_(w / w.norm(dim=1, keepdim=True).clamp_min(1e-8))
+                wd = torch.empty(d, n_latents)
+                wd.copy_(w.t())
+                wd.div_(wd.norm(dim=0, keepdim=True).clamp_min(1e-8))
+                sae.W_dec_t[i].copy_(wd.t())
         return sae
 
     @property

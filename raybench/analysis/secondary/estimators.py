@@ -1,4 +1,4 @@
-"""Pure estimators of the secondary analyses (DESIGN.md section 9): ridge, correlations, random
+"""Pure estimators of the secondary analyses (docs/protocol.md §9): ridge, correlations, random
 dictionaries, linear CKA, input harmonization transforms, matched-effect interventions, patient sums.
 
 Everything here is numpy/scipy (torch only for BatchTopK) and independent of the run folder, so each
@@ -192,10 +192,14 @@ def ridge_readout(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y
 # ---------------------------------------------------------------- dictionaries
 
 def random_directions(n_latents: int, d: int, seed: int) -> np.ndarray:
-    """N Gaussian directions in R^d with unit norm -> [N, d] float32 (one seed -> one dictionary)."""
-    w = np.random.default_rng(seed).standard_normal((n_latents, d))
-    w /= np.maximum(np.linalg.norm(w, axis=1, keepdims=True), 1e-12)
-    return w.astype(np.float32)
+    """N Gaussian directions in R^d with unit norm -> [N, d] float32 (one seed -> one dictionary).
+
+    The published protocol's draw and arithmetic exactly: default_rng(seed).normal(size=(N, d)) cast to
+    float32, each row divided by its float32 norm clipped at 1e-8 (tests/parity pins it).
+    """
+    w = np.random.default_rng(seed).normal(size=(n_latents, d)).astype(np.float32)
+    w /= np.linalg.norm(w, axis=1, keepdims=True).clip(min=1e-8)
+    return w
 
 
 def batch_topk_codes(xn: np.ndarray, directions: np.ndarray, k: int, batch: int) -> sp.csr_matrix:
@@ -381,9 +385,9 @@ def draw_corr(counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
     return pearson_from_sums(w[..., 0], w[..., 1], w[..., 2], w[..., 3], w[..., 4], w[..., 5])
 
 
-def bootstrap_counts(n_patients: int, n_draws: int, seed: int, chunk_draws: int) -> np.ndarray:
-    """All patient-count draws [n_draws, P] of the run's patient bootstrap (same SeedSequence and chunks)."""
-    from raybench.analysis.bootstrap import n_chunks, patient_counts
+def bootstrap_counts(n_patients: int, n_draws: int, seed: int, chunk_draws: int,
+                     stream: str = "chunked") -> np.ndarray:
+    """All patient-count draws [n_draws, P] of the run's patient bootstrap (same stream, seed and chunks)."""
+    from raybench.analysis.bootstrap import patient_draws
 
-    return np.concatenate([patient_counts(seed, n_draws, chunk_draws, n_patients, c)
-                           for c in range(n_chunks(n_draws, chunk_draws))])
+    return np.concatenate(list(patient_draws(n_patients, n_draws, seed, chunk_draws, stream)))
