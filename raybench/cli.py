@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 
 import click
+import yaml
 
 from raybench import __version__
+from raybench.errors import USER_EXIT_CODE, RaybenchError
 
 # command name -> "module:attribute"; each stage owns its commands.
 COMMANDS: dict[str, str] = {
@@ -22,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "status": "raybench.jobs:status",
     "logs": "raybench.jobs:logs",
     "stop": "raybench.jobs:stop",
+    "export": "raybench.export:export",
 }
 
 
@@ -43,10 +46,32 @@ class LazyGroup(click.Group):
             return getattr(module, attr)
         return super().get_command(ctx, name)
 
+    def invoke(self, ctx: click.Context):
+        """User errors (bad config, cohort, manifest, checkpoint, run folder) become one `Error: ...` line and
+        exit code 2; `raybench --verbose ...` keeps the traceback."""
+        try:
+            return super().invoke(ctx)
+        except (RaybenchError, yaml.YAMLError) as err:
+            if ctx.params.get("verbose"):
+                raise
+            raise UserError(_one_line(err)) from None
+
+
+class UserError(click.ClickException):
+    exit_code = USER_EXIT_CODE
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, yaml.YAMLError):
+        return f"malformed YAML: {text}"
+    return f"{text} (run `raybench --verbose ...` for the traceback)"
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="raybench")
-def main() -> None:
+@click.option("--verbose", "-v", is_flag=True, help="Show the full traceback of an error.")
+def main(verbose: bool) -> None:
     """raybench: the ECG-InterpBench SAE audit of frozen ECG foundation models, as one Ray job.
 
     Run `raybench grid` for the embedded demo (synthetic cohort, demo encoders, local Ray).

@@ -1,7 +1,10 @@
 """The protocol and the run, as one frozen dataclass tree (the single owner of every constant).
 
-Presets: `paper` is the published ECG-InterpBench protocol exactly; `demo` keeps the same
-structure (450 primary cells + 90 sensitivity cells) but is small enough for a 2-core laptop.
+Presets (`RUN_PRESETS`): `paper` is the published ECG-InterpBench protocol as it was executed, with the
+protocol code's own encoder preprocessing (`encoders.profile: published`): the preset that reproduces the
+published tables. `paper-native` is the same protocol with each encoder's native (upstream)
+preprocessing. `demo` keeps the same structure (450 primary cells + 90 sensitivity cells) but is small
+enough for a 2-core laptop (and keeps the epoch sampler without clipping).
 Configs load from / dump to YAML; unknown keys and bad values are errors that name the key.
 """
 
@@ -19,16 +22,19 @@ from typing import Any
 
 import yaml
 
+from raybench.errors import RaybenchError
+
 MODELS: tuple[str, ...] = ("csfm", "cardiac_fm", "ecg_fm", "ecg_jepa", "hubert_ecg", "st_mem")
+SAMPLERS: tuple[str, ...] = ("per_step", "epoch")
 
 
-class ConfigError(ValueError):
+class ConfigError(RaybenchError, ValueError):
     """A config value or key is wrong; the message names it and says what is allowed."""
 
 
 @dataclass(frozen=True)
 class SAEProtocol:
-    """BatchTopK SAE training (DESIGN.md section 6)."""
+    """BatchTopK SAE training (docs/protocol.md §6)."""
 
     steps: int = 8000
     batch_size: int = 256
@@ -41,11 +47,22 @@ class SAEProtocol:
     dead_after_batches: int = 5
     std_floor: float = 1e-6
     checkpoint_every: int = 2000  # in-trial checkpoint period (steps); 0: only finished cells persist
+    # Batch sampler. per_step (published): each step draws rng.choice(n_train, batch_size, replace=False) afresh
+    # from np.random.default_rng(cell seed); epoch: a fresh permutation per epoch, remainder dropped (each
+    # record once per epoch; same generator and seed).
+    sampler: str = "per_step"
+    # Gradient-norm clipping per SAE over (W_enc, b_enc, W_dec, b_dec) jointly, before the decoder-gradient
+    # projection, as torch.nn.utils.clip_grad_norm_ (published: 1e5). None: no clipping.
+    grad_clip: float | None = 1e5
 
     def validate(self) -> None:
         _positive(self, "steps", "batch_size", "k_divisor", "aux_k", "dead_after_batches")
         if self.checkpoint_every < 0:
             raise ConfigError(f"sae.checkpoint_every must be >= 0, got {self.checkpoint_every}")
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(f"sae.sampler must be one of {list(SAMPLERS)}, got {self.sampler!r}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ConfigError(f"sae.grad_clip must be > 0 or null (no clipping), got {self.grad_clip}")
         if not (0 < self.lr < 1):
             raise ConfigError(f"sae.lr must be in (0, 1), got {self.lr}")
         for b in ("beta1", "beta2"):
@@ -93,41 +110,56 @@ class GridProtocol:
 
 @dataclass(frozen=True)
 class EvalProtocol:
-    """Per-cell evaluation and metric definitions (DESIGN.md section 7)."""
+    """Per-cell evaluation and metric definitions (docs/protocol.md §7)."""
 
     eval_batch: int = 256
     selection_records: int = 4096  # fixed train subset for single-coordinate selection
-    selection_seed: int = 20240613
+    # default_rng(selection_seed).choice over the train split in ascending ecg_id order (published: 20260714)
+    selection_seed: int = 20260714
     coverage_threshold: float = 0.20
     gate_r2: float = 0.90
     gate_dead: float = 0.20
     repro_top: int = 256
     repro_permutations: int = 100
     calibration_expansion: int = 8
+    # Records with a missing concept (raybench.sae.data). complete_case: the published MIMIC run - each concept's
+    # coordinate selection uses the selection records where it is present; val/test (fidelity, r, the patient
+    # bootstrap) use records with every concept. fill_zero: standardized missing values read as 0 (the mean).
+    # auto: complete_case for waveform-derived concepts (MIMIC-IV-ECG), fill_zero for feature tables (PTB-XL+).
+    missing_concepts: str = "auto"
 
     def validate(self) -> None:
         _positive(self, "eval_batch", "selection_records", "repro_top", "repro_permutations")
         for name in ("coverage_threshold", "gate_r2", "gate_dead"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"eval.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.missing_concepts not in ("auto", "complete_case", "fill_zero"):
+            raise ConfigError(f"eval.missing_concepts must be auto, complete_case or fill_zero, "
+                              f"got {self.missing_concepts!r}")
 
 
 @dataclass(frozen=True)
 class InferenceProtocol:
-    """Bootstraps and multiple-testing control (DESIGN.md section 8)."""
+    """Bootstraps and multiple-testing control (docs/protocol.md §8)."""
 
     patient_draws: int = 2000
     crossed_draws: int = 10000
-    seed: int = 20240614
+    seed: int = 20260714  # published: both bootstraps use default_rng(20260714)
     ci_low: float = 2.5
     ci_high: float = 97.5
     chunk_draws: int = 250  # draws per Ray task
     # Arithmetic of the bootstrap GEMM. float64 is exact; float32 is ~2x faster with |error in r| ~1e-6
     # (a coverage flag can flip only for an |r| within ~1e-6 of the threshold).
     gemm_dtype: str = "float64"
+    # Random streams of the bootstraps and the permutation floor (raybench.analysis.streams). published: the
+    # protocol code's generator calls, seeds and draw order (patient draws made in order on the driver);
+    # chunked: one SeedSequence child per chunk, drawn inside the Ray task. Both are worker-count independent.
+    stream: str = "published"
 
     def validate(self) -> None:
         _positive(self, "patient_draws", "crossed_draws", "chunk_draws")
+        if self.stream not in ("published", "chunked"):
+            raise ConfigError(f"inference.stream must be published or chunked, got {self.stream!r}")
         if self.gemm_dtype not in ("float64", "float32"):
             raise ConfigError(f"inference.gemm_dtype must be float64 or float32, got {self.gemm_dtype!r}")
         if not 0 <= self.ci_low < self.ci_high <= 100:
@@ -162,8 +194,21 @@ class CohortConfig:
     bad_fraction: float = 0.0  # synth only: fraction of deliberately bad records
     sampling_rate: int = 500  # ptbxl: 500 (records500) or 100 (records100)
     concepts: str = "auto"  # auto: feature tables if present, else waveform-derived; tables; waveform; none
+    # mimic only (raybench.cohorts.mimic): pool size (the published 100,000; null: every eligible study), the
+    # concept extractor (published: the protocol's code; refined: raybench's) and the record pool (published:
+    # ICD-linked, extraction ok, then ranked; all: ranked). The ICD link needs MIMIC-IV hosp/admissions.csv.gz.
+    max_records: int | None = 100_000
+    concept_extractor: str = "published"
+    record_pool: str = "published"
+    admissions: str | None = None
 
     def validate(self) -> None:
+        if self.concept_extractor not in ("published", "refined"):
+            raise ConfigError(f"cohort.concept_extractor must be published or refined, got {self.concept_extractor!r}")
+        if self.record_pool not in ("published", "all"):
+            raise ConfigError(f"cohort.record_pool must be published or all, got {self.record_pool!r}")
+        if self.max_records is not None and self.max_records < 1:
+            raise ConfigError(f"cohort.max_records must be >= 1 or null, got {self.max_records}")
         if self.kind not in ("synth", "ptbxl", "mimic"):
             raise ConfigError(f"cohort.kind must be synth, ptbxl or mimic, got {self.kind!r}")
         if self.kind != "synth" and not self.root:
@@ -270,7 +315,13 @@ def layer_for_depth(q: float, n_layers: int) -> int:
 # ---------------------------------------------------------------- presets
 
 def paper_protocol() -> Protocol:
+    """The published protocol: the dataclass defaults (per-step sampler, clip 1e5, selection seed 20260714)."""
     return Protocol(name="paper")
+
+
+def paper_native_protocol() -> Protocol:
+    """The published protocol under another name: the encoders' preprocessing is what differs (see paper_native_run)."""
+    return Protocol(name="paper-native")
 
 
 def demo_protocol() -> Protocol:
@@ -278,13 +329,18 @@ def demo_protocol() -> Protocol:
     return Protocol(
         name="demo",
         # A demo stack trains in about a second: its finished cells are its checkpoints.
-        sae=SAEProtocol(steps=200, batch_size=128, k_divisor=8, aux_k=64, checkpoint_every=0),
+        # Epoch sampler and no clipping (raybench's choice: every record once per epoch; clipping at 1e5 never
+        # fires on z-scored inputs), so demo numbers do not move with the paper preset.
+        sae=SAEProtocol(steps=200, batch_size=128, k_divisor=8, aux_k=64, checkpoint_every=0, sampler="epoch",
+                        grad_clip=None),
         eval=EvalProtocol(selection_records=4096, repro_top=32, repro_permutations=100),
-        inference=InferenceProtocol(patient_draws=2000, crossed_draws=10000, chunk_draws=500),
+        # raybench's chunked streams and seed, so demo numbers do not move with the paper preset
+        inference=InferenceProtocol(patient_draws=2000, crossed_draws=10000, chunk_draws=500, seed=20240614,
+                                    stream="chunked"),
     )
 
 
-PRESETS = {"paper": paper_protocol, "demo": demo_protocol}
+PRESETS = {"paper": paper_protocol, "paper-native": paper_native_protocol, "demo": demo_protocol}
 
 
 def demo_run(run_dir: str = "runs/demo") -> RunConfig:
@@ -296,6 +352,20 @@ def demo_run(run_dir: str = "runs/demo") -> RunConfig:
         encoders=EncoderConfig(size="demo", batch_size=64, min_actors=2, max_actors=2),  # both cores
         resources=ResourceConfig(trial_unit="model"),  # 12 trials: per-trial start-up dominates tiny SAEs
     ).validate()
+
+
+def paper_run(run_dir: str = "runs/paper") -> RunConfig:
+    """The published protocol as executed, with the protocol code's preprocessing: reproduces the published tables."""
+    return RunConfig(run_dir=run_dir, protocol=paper_protocol(), encoders=EncoderConfig(profile="published")).validate()
+
+
+def paper_native_run(run_dir: str = "runs/paper-native") -> RunConfig:
+    """The published protocol with each encoder's native (upstream) preprocessing: not the published tables."""
+    return RunConfig(run_dir=run_dir, protocol=paper_native_protocol(), encoders=EncoderConfig(profile="native")
+                     ).validate()
+
+
+RUN_PRESETS = {"paper": paper_run, "paper-native": paper_native_run, "demo": demo_run}
 
 
 # ---------------------------------------------------------------- YAML <-> dataclasses
@@ -353,7 +423,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
 
 
 def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
-    """Load a YAML run config. A `preset: demo|paper` key starts from that preset's protocol."""
+    """Load a YAML run config. A `preset: demo|paper|paper-native` key starts from that preset (RUN_PRESETS);
+    without one the base is the dataclass defaults (the paper protocol, `encoders.profile: native`)."""
     if path is None:
         cfg = demo_run()
     else:
@@ -361,9 +432,9 @@ def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConf
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
         preset = raw.pop("preset", None)
-        base = demo_run() if preset == "demo" else RunConfig(protocol=paper_protocol())
-        if preset not in (None, "demo", "paper"):
-            raise ConfigError(f"{path}: preset must be demo or paper, got {preset!r}")
+        if preset is not None and preset not in RUN_PRESETS:
+            raise ConfigError(f"{path}: preset must be one of {sorted(RUN_PRESETS)}, got {preset!r}")
+        base = RUN_PRESETS[preset]() if preset is not None else RunConfig(protocol=paper_protocol())
         merged = _deep_merge(to_dict(base), raw)
         try:
             cfg = from_dict(RunConfig, merged)

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from raybench.errors import RaybenchError
+
 MARKERS = ("index.json", "metrics.json", "summary.json", "report.html")
 STAMP = ".raybench-run.json"  # in the run prefix: which incarnation of the run this is
 _STATE = ".raybench-sync.json"  # in the mirror: the stamp it belongs to + what was synced (key -> etag, ...)
@@ -39,7 +41,7 @@ _RACY_NS = 2_000_000_000  # a recorded MD5 is trusted for an unchanged stat only
 log = logging.getLogger(__name__)
 
 
-class StorageError(RuntimeError):
+class StorageError(RaybenchError, RuntimeError):
     """An output location cannot be used; the message names it and the fix."""
 
 

@@ -67,6 +67,7 @@ from raybench.cohorts.waveforms import (
     read_record,
     resolve_record_path,
 )
+from raybench.errors import RaybenchError
 from raybench.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ STD_FLOOR = 1e-6
 QUARANTINE_COLUMNS = ("ecg_id", "path", "reason", "detail")
 
 
-class ManifestError(ValueError):
+class ManifestError(RaybenchError, ValueError):
     """A table-level problem: nothing is written; the message names the file, the rows and the fix."""
 
 

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from raybench.errors import RaybenchError
+
 LEADS: tuple[str, ...] = ("I", "II", "III", "aVR", "aVL", "aVF", "V1", "V2", "V3", "V4", "V5", "V6")
 _CANON = {name.upper(): name for name in LEADS}
 
 
-class RecordError(ValueError):
+class RecordError(RaybenchError, ValueError):
     """A record cannot be used. `record` names it, `reason` is a short machine-readable tag."""
 
     def __init__(self, record: str, reason: str, detail: str):

@@ -20,12 +20,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from raybench.errors import RaybenchError
+
 ENTRY_POINT_GROUP = "raybench.encoders"
 SIZES = ("demo", "full")
 PROFILES = ("native", "published")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(RaybenchError, ValueError):
     """A checkpoint does not fit the model; the message lists the offending keys and the file."""
 
 

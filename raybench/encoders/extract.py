@@ -31,12 +31,13 @@ from raybench.cohorts.waveforms import RecordError, read_record
 from raybench.config import EncoderConfig, layer_for_depth
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, worker_builder
 from raybench.encoders.store import QUARANTINE_COLUMNS, ActivationStore
+from raybench.errors import RaybenchError
 
 Builder = Callable[[EncoderSpec], ECGEncoder]
 MANIFEST_COLUMNS = ("ecg_id", "path", "fs", "n_samples", "split")
 
 
-class ExtractionError(RuntimeError):
+class ExtractionError(RaybenchError, RuntimeError):
     """The pipeline cannot produce a consistent store (bad manifest, adapter contract broken)."""
 
 

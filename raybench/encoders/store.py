@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from raybench import __version__
+from raybench.errors import RaybenchError
 from raybench.io import atomic_path, write_json
 from raybench.paths import RunLayout
 
@@ -39,7 +40,7 @@ def ids_name(split: str) -> str:
     return f"{split}_ecg_ids.npy"
 
 
-class StoreError(RuntimeError):
+class StoreError(RaybenchError, RuntimeError):
     """A store is missing, incomplete or does not match what the caller expects."""
 
 

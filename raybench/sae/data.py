@@ -2,6 +2,16 @@
 
 Everything here is determined by the manifest and the protocol, so every cell of the atlas sees the same
 selection subset and the same test-patient order (which the paired bootstrap relies on).
+
+Missing concepts (`eval.missing_concepts`, resolved by `missing_policy`): the manifest stores standardized
+concepts with missing values as 0 and the raw values with NaN. `fill_zero` uses the 0s everywhere.
+`complete_case` is what the published MIMIC-IV-ECG run did (scripts/run_multiscale_sae_task.py with
+--preserve-missing-concepts --complete-case-evaluation, run_multiscale_sae_patient_bootstrap.py with
+--complete-case-concepts): the selection subset is still drawn from the whole train split, and each
+concept's correlation there uses only the records where that concept is present (`selection_present`,
+a per-concept mask); val and test keep only complete cases (every concept present), so fidelity, r,
+firing rates and the per-patient bootstrap statistics come from complete cases, and the test patients
+are those with at least one complete-case test record.
 """
 
 from __future__ import annotations
@@ -25,10 +35,45 @@ class CellData:
     test_patient_codes: np.ndarray  # [n_test] int, codes into test_patients
     test_patients: tuple[str, ...]  # sorted test patient ids (same for every cell)
     selection_idx: np.ndarray  # positions into acts["train"]
+    # complete_case: [len(selection_idx), C] bool, concept present on each selection record; None: fill_zero
+    selection_present: np.ndarray | None = None
+    missing_concepts: str = "fill_zero"  # the resolved policy (module doc)
+
+
+def missing_policy(eval_cfg: EvalProtocol, concept_source: str) -> str:
+    """eval.missing_concepts resolved: auto is complete_case for waveform-derived concepts, else fill_zero."""
+    policy = getattr(eval_cfg, "missing_concepts", "auto")
+    if policy == "auto":
+        return "complete_case" if concept_source == "waveform" else "fill_zero"
+    if policy not in ("complete_case", "fill_zero"):
+        raise ValueError(f"eval.missing_concepts must be auto, complete_case or fill_zero, got {policy!r}")
+    return policy
+
+
+def concept_present(manifest: pd.DataFrame, names: tuple[str, ...] | list[str]) -> np.ndarray:
+    """[n, C] bool: the raw value of each concept is finite (manifests without raw_ columns: all present)."""
+    cols = [manifest[f"raw_{c}"].to_numpy(np.float64) if f"raw_{c}" in manifest.columns
+            else np.zeros(len(manifest)) for c in names]
+    return np.isfinite(np.stack(cols, axis=1)) if cols else np.ones((len(manifest), 0), dtype=bool)
+
+
+def evaluation_rows(manifest: pd.DataFrame, names: tuple[str, ...] | list[str], policy: str) -> np.ndarray:
+    """[n] bool: manifest rows that val/test evaluation uses (complete cases under complete_case)."""
+    if policy == "complete_case":
+        return concept_present(manifest, names).all(axis=1)
+    return np.ones(len(manifest), dtype=bool)
 
 
 def selection_ecg_ids(manifest: pd.DataFrame, eval_cfg: EvalProtocol) -> np.ndarray:
-    """The fixed, deterministic train subset used for single-coordinate selection (sorted ecg_ids)."""
+    """The fixed, deterministic train subset used for single-coordinate selection (sorted ecg_ids).
+
+    The published draw (scripts/run_multiscale_sae_task.py): np.sort(default_rng(20260714).choice(train_idx,
+    4096, replace=False)) with train_idx the train rows in the published activation order, which is ascending
+    ecg_id within the split; choice over an array draws positions, so drawing from the ascending train ecg_ids
+    with the same generator call picks the same records (eval.selection_seed; paper: 20260714). As published,
+    a train split of at most selection_records records is used whole (docs/protocol.md §7.3). Pinned by
+    tests/parity/test_parity_sae.py.
+    """
     train_ids = np.sort(manifest.loc[manifest["split"] == "train", "ecg_id"].to_numpy(np.int64))
     if len(train_ids) <= eval_cfg.selection_records:
         return train_ids
@@ -36,8 +81,19 @@ def selection_ecg_ids(manifest: pd.DataFrame, eval_cfg: EvalProtocol) -> np.ndar
     return np.sort(rng.choice(train_ids, size=eval_cfg.selection_records, replace=False))
 
 
-def test_patients(manifest: pd.DataFrame) -> tuple[str, ...]:
-    return tuple(sorted(manifest.loc[manifest["split"] == "test", "patient_id"].astype(str).unique()))
+def test_patients(manifest: pd.DataFrame, rows: np.ndarray | None = None) -> tuple[str, ...]:
+    """Sorted test patient ids; `rows` ([n] bool, evaluation_rows) restricts to patients with such a record."""
+    test = (manifest["split"] == "test").to_numpy()
+    if rows is not None:
+        test = test & np.asarray(rows, dtype=bool)
+    return tuple(sorted(manifest.loc[test, "patient_id"].astype(str).unique()))
+
+
+def evaluation_test_patients(manifest: pd.DataFrame, info, eval_cfg: EvalProtocol) -> tuple[str, ...]:  # noqa: ANN001
+    """The test patients every cell's patient statistics use (`info`: the manifest's ManifestInfo)."""
+    names = tuple(info.concepts)
+    policy = missing_policy(eval_cfg, info.concept_source) if names else "fill_zero"
+    return test_patients(manifest, evaluation_rows(manifest, names, policy))
 
 
 def load_cell_data(run_root: str | Path, model: str, layer: int, eval_cfg: EvalProtocol) -> CellData:
@@ -50,18 +106,31 @@ def load_cell_data(run_root: str | Path, model: str, layer: int, eval_cfg: EvalP
     manifest, info = load_manifest(layout.manifest)
     store = ActivationStore(layout.activations_dir)
     names = tuple(info.concepts)
+    policy = missing_policy(eval_cfg, info.concept_source) if names else "fill_zero"
+    rows = evaluation_rows(manifest, names, policy)
     by_id = manifest.set_index("ecg_id")
+    evaluated = pd.Series(rows, index=by_id.index)
     acts, concepts, ids = {}, {}, {}
     for split in SPLITS:
         acts[split] = np.asarray(store.load(model, layer, split, mmap=False), dtype=np.float32)
         ids[split] = np.asarray(store.ecg_ids(model, layer, split), dtype=np.int64)
+        if split != "train" and policy == "complete_case":  # val/test: complete cases only
+            keep = evaluated.loc[ids[split]].to_numpy(bool)
+            if not keep.any():
+                raise ValueError(f"{model} layer {layer}: no {split} record has every concept "
+                                 f"({list(names)}); set eval.missing_concepts: fill_zero to evaluate anyway")
+            acts[split], ids[split] = acts[split][keep], ids[split][keep]
         if names:
             concepts[split] = by_id.loc[ids[split], list(names)].to_numpy(np.float32)
         else:
             concepts[split] = np.zeros((len(ids[split]), 0), np.float32)
-    patients = test_patients(manifest)
+    patients = test_patients(manifest, rows)
     code_of = {p: i for i, p in enumerate(patients)}
     test_codes = np.array([code_of[str(p)] for p in by_id.loc[ids["test"], "patient_id"]], dtype=np.int64)
     selected = selection_ecg_ids(manifest, eval_cfg)
     selection_idx = np.flatnonzero(np.isin(ids["train"], selected))
-    return CellData(acts, concepts, names, test_codes, patients, selection_idx)
+    present = None
+    if policy == "complete_case":
+        mask = pd.DataFrame(concept_present(manifest, names), index=by_id.index)
+        present = mask.loc[ids["train"][selection_idx]].to_numpy(bool)
+    return CellData(acts, concepts, names, test_codes, patients, selection_idx, present, policy)

@@ -1,4 +1,4 @@
-"""Per-cell evaluation (DESIGN.md sections 7 and 8): fidelity, accessibility, bootstrap statistics.
+"""Per-cell evaluation (docs/protocol.md §7 and §8.1): fidelity, accessibility, bootstrap statistics.
 
 Codes are the same BatchTopK as in training, applied to frozen-order batches of `eval_batch`
 records (a last partial batch keeps B*k entries with its own B), and kept sparse throughout:
@@ -101,8 +101,15 @@ def pearson_from_sums(n: np.ndarray | float, sa, sy, saa, syy, say) -> np.ndarra
     return np.clip(np.where(ok, cov / den, 0.0), -1.0, 1.0)
 
 
-def select_coordinates(codes: SplitCodes, y: np.ndarray, n_latents: int) -> tuple[np.ndarray, np.ndarray]:
-    """j*(c) = argmax_j |corr(code_j, y_c)| over all N latents (sparse sums); returns (selected [C], r [C])."""
+def select_coordinates(codes: SplitCodes, y: np.ndarray, n_latents: int,
+                       present: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """j*(c) = argmax_j |corr(code_j, y_c)| over all N latents (sparse sums); returns (selected [C], r [C]).
+
+    Ties (|r| within a relative 1e-9 of the max) go to the lowest latent index (argmax_abs_lowest).
+
+    present: optional [n, C] bool; concept c's correlations then use only the records where it is present
+    (the published per-concept masks; raybench.sae.data). Concepts present everywhere use the plain sums.
+    """
     y = y.astype(np.float64)
     n = codes.n
     sa = np.bincount(codes.cols, weights=codes.vals, minlength=n_latents)
@@ -110,8 +117,45 @@ def select_coordinates(codes: SplitCodes, y: np.ndarray, n_latents: int) -> tupl
     z = sp.csr_matrix((codes.vals, (codes.rows, codes.cols)), shape=(n, n_latents))
     say = np.asarray(z.T @ y)  # [N, C]
     r = pearson_from_sums(n, sa[:, None], y.sum(0)[None, :], saa[:, None], (y ** 2).sum(0)[None, :], say)
-    selected = np.abs(r).argmax(axis=0)
+    if present is not None and not np.all(present):
+        r = _masked_selection_r(z, y, np.asarray(present, dtype=bool), r)
+    selected = argmax_abs_lowest(r)
     return selected.astype(np.int64), r[selected, np.arange(y.shape[1])]
+
+
+# Ties in coordinate selection: |r| values within this relative distance of a column's max count as tied.
+SELECTION_TIE_RTOL = 1e-9
+
+
+def argmax_abs_lowest(r: np.ndarray, rtol: float = SELECTION_TIE_RTOL) -> np.ndarray:
+    """Per column of r [N, C]: the lowest latent index j with |r_j| >= (1 - rtol) max_j |r_j|.
+
+    The tie rule of coordinate selection (docs/protocol.md §7.3). Latents can tie exactly on |r| (identical
+    code columns, or latents that fire on one selection record only: r then depends only on that record), and a
+    plain argmax would let float rounding of the sums pick among them. The published code takes
+    np.argmax(np.abs(r)) (the first index on exact ties) on float32 correlations from float32 sums, so among
+    mathematically tied latents its pick also depends on rounding; this rule keeps its lowest-index
+    convention and makes the tie tolerance explicit. A column of zeros selects latent 0, as np.argmax does.
+    """
+    a = np.abs(np.asarray(r, dtype=np.float64))
+    return np.argmax(a >= a.max(axis=0, keepdims=True) * (1.0 - rtol), axis=0).astype(np.int64)
+
+
+def _masked_selection_r(z: sp.csr_matrix, y: np.ndarray, present: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """r [N, C] with each partly missing concept's column recomputed over the records where it is present."""
+    if present.shape != y.shape:
+        raise ValueError(f"present must be [n, C] = {y.shape}, got {present.shape}")
+    r = r.copy()
+    partial = np.flatnonzero(~present.all(axis=0))
+    m = present[:, partial].astype(np.float64)  # [n, c']
+    ym = np.where(present[:, partial], y[:, partial], 0.0)
+    zt = z.T.tocsr()
+    n_c = m.sum(axis=0)  # [c']
+    sa = np.asarray(zt @ m)  # [N, c']
+    saa = np.asarray(zt.multiply(zt) @ m)
+    say = np.asarray(zt @ ym)
+    r[:, partial] = pearson_from_sums(n_c[None, :], sa, ym.sum(0)[None, :], saa, (ym ** 2).sum(0)[None, :], say)
+    return r
 
 
 def _corr_columns(a: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -143,8 +187,13 @@ def evaluate_cell(
     index: int = 0,
     n_patients: int | None = None,
     device: str = "cpu",
+    selection_present: np.ndarray | None = None,
 ) -> CellEval:
-    """Evaluate SAE `index` of a stack (or a single SAE) on val/test; select coordinates on the train subset."""
+    """Evaluate SAE `index` of a stack (or a single SAE) on val/test; select coordinates on the train subset.
+
+    selection_present: [len(selection_idx), C] bool per-concept masks for the selection (complete_case,
+    raybench.sae.data); val/test are evaluated on whatever rows they are given.
+    """
     single = sae.single(index) if sae.n_saes > 1 or index != 0 else sae
     n_lat = single.n_latents
     _check_inputs(acts, concepts, single.d)
@@ -157,7 +206,7 @@ def evaluate_cell(
     sel_idx = np.asarray(selection_idx, dtype=np.int64)
 
     sel = encode_split(single, normalizer, acts["train"][sel_idx], eval.eval_batch, device)
-    selected, _ = select_coordinates(sel, concepts["train"][sel_idx], n_lat)
+    selected, _ = select_coordinates(sel, concepts["train"][sel_idx], n_lat, selection_present)
     out: dict[str, float | bool] = {}
     per: dict[str, SplitCodes] = {}
     r: dict[str, np.ndarray] = {}

@@ -1,8 +1,12 @@
-"""Stacked BatchTopK SAE training (DESIGN.md sections 6 and 12).
+"""Stacked BatchTopK SAE training (docs/protocol.md §6; performance: docs/architecture.md §5).
 
-`train_stack` trains S SAEs of one shape together. Each SAE keeps its own batches (a per-epoch
-permutation from np.random.default_rng(seed)), dead counters and loss, and Adam is elementwise, so
-every SAE in a stack follows exactly the trajectory it would follow alone.
+`train_stack` trains S SAEs of one shape together. Each SAE keeps its own batches, dead counters and
+loss, and Adam is elementwise, so every SAE in a stack follows exactly the trajectory it would follow
+alone. Batches come from np.random.default_rng(cell seed): sampler "per_step" (the published loop) draws
+rng.choice(n, batch_size, replace=False) afresh every step; "epoch" walks a fresh permutation per epoch
+and drops the remainder. Optional gradient-norm clipping (published: 1e5) is per SAE, over W_enc,
+b_enc, W_dec and b_dec jointly, on the gradient before the decoder projection, with
+torch.nn.utils.clip_grad_norm_'s arithmetic (coef = max_norm / (norm + 1e-6), capped at 1).
 
 Two implementations of one step: "dense" is plain autograd on the dense [B, N] code (the
 reference); "sparse" uses that the code has only B*k non-zeros (plus the AuxK entries) and computes
@@ -39,6 +43,7 @@ class TrainResult:
     loss_aux: np.ndarray  # [S, steps] AuxK term before aux_coef (0 while no latent is dead)
     dead_counter: np.ndarray  # [S, N] consecutive batches without firing at the end
     cfgs: list[SAECellConfig]
+    grad_norm: np.ndarray | None = None  # [S, steps] total gradient norm before clipping (only when clipping)
 
 
 class _Batcher:
@@ -69,6 +74,26 @@ class _Batcher:
         self.pos = int(st["pos"])
 
 
+class _StepSampler:
+    """The published sampler: rng.choice(n, min(batch, n), replace=False) drawn independently every step."""
+
+    def __init__(self, n: int, batch: int, seed: int):
+        self.n, self.batch = n, min(batch, n)
+        self.rng = np.random.default_rng(seed)
+
+    def next(self) -> np.ndarray:
+        return self.rng.choice(self.n, size=self.batch, replace=False)
+
+    def state(self) -> dict[str, Any]:
+        return {"rng": copy.deepcopy(self.rng.bit_generator.state)}
+
+    def load(self, st: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = copy.deepcopy(st["rng"])
+
+
+SAMPLER_CLASSES = {"epoch": _Batcher, "per_step": _StepSampler}
+
+
 def _check_cfgs(cfgs: list[SAECellConfig]) -> None:
     if not cfgs:
         raise ValueError("train_stack needs at least one SAECellConfig")
@@ -76,9 +101,11 @@ def _check_cfgs(cfgs: list[SAECellConfig]) -> None:
         c.validate()
     first = cfgs[0]
     for c in cfgs[1:]:
-        same = (c.shape_key, c.steps, c.batch_size) == (first.shape_key, first.steps, first.batch_size)
+        same = ((c.shape_key, c.steps, c.batch_size, c.sampler, c.grad_clip)
+                == (first.shape_key, first.steps, first.batch_size, first.sampler, first.grad_clip))
         if not same:
-            raise ValueError(f"stacked SAEs must share d, N, k, steps and batch_size: {first} vs {c}")
+            raise ValueError(f"stacked SAEs must share d, N, k, steps, batch_size, sampler and grad_clip: "
+                             f"{first} vs {c}")
     if len({c.seed for c in cfgs}) != len(cfgs):
         raise ValueError(f"stacked SAEs have duplicate seeds: {[c.seed for c in cfgs]}")
 
@@ -118,6 +145,8 @@ class _Stepper:
         self.aux_k = [cf.aux_k for cf in cfgs]
         self.aux_coef = [cf.aux_coef for cf in cfgs]
         self.dead_after = [cf.dead_after_batches for cf in cfgs]
+        self.grad_clip = c.grad_clip  # shared by the stack (checked in _check_cfgs)
+        self.last_grad_norm: torch.Tensor | None = None  # [S] pre-clip total norm of the last step (clipping only)
         if implementation == "sparse":
             for p in self.params:
                 p.grad = torch.zeros_like(p)
@@ -129,14 +158,19 @@ class _Stepper:
         cnt.add_(1).masked_fill_(fired, 0)
         return cnt >= self.dead_after[i]
 
-    def step(self, xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mse, aux = self._sparse(xb) if self.impl == "sparse" else self._dense(xb)
+    def step(self, xb: torch.Tensor, renormalize: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step. `renormalize`: as the published loop, re-normalise W_dec after the backward pass and project
+        the decoder gradient on the re-normalised columns. The published loop does that every step, but after a
+        step W_dec is unit to working precision, so it matters only on a run's first step (the float32 init's
+        column norms are 1 +- 6e-8): train_stack asks for it there only.
+        """
+        mse, aux = self._sparse(xb, renormalize) if self.impl == "sparse" else self._dense(xb, renormalize)
         self.opt.step()
         self.sae.normalize_decoder_()
         return mse, aux
 
     # ------------------------------------------------------------ dense reference (autograd)
-    def _dense(self, xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _dense(self, xb: torch.Tensor, renormalize: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         sae = self.sae
         s_n, b, _ = xb.shape
         self.opt.zero_grad(set_to_none=True)
@@ -164,13 +198,21 @@ class _Stepper:
         loss = (mse + torch.tensor(self.aux_coef, device=xb.device) * aux).sum()
         loss.backward()
         with torch.no_grad():
+            if self.grad_clip is not None:  # as published: clip first, then project the decoder gradient
+                grads = [p.grad for p in self.params]
+                self.last_grad_norm = _total_norm([g_.reshape(s_n, -1) for g_ in grads])
+                coef = _clip_coef(self.last_grad_norm, self.grad_clip)
+                for g_ in grads:
+                    g_.mul_(coef.view(-1, *([1] * (g_.dim() - 1))))
             g, w = sae.W_dec_t.grad, sae.W_dec_t
+            if renormalize:
+                sae.normalize_decoder_()
             g.sub_((g * w).sum(dim=2, keepdim=True) * w)
         return mse.detach(), aux.detach()
 
     # ------------------------------------------------------------ sparse path (manual gradients)
     @torch.no_grad()
-    def _sparse(self, xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sparse(self, xb: torch.Tensor, renormalize: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         sae = self.sae
         s_n, b, d = xb.shape
         n = sae.n_latents
@@ -180,6 +222,8 @@ class _Stepper:
         mse_out, aux_out = xb.new_zeros(s_n), xb.new_zeros(s_n)
         g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
         g_be.zero_()
+        if self.grad_clip is not None:
+            self.last_grad_norm = xb.new_zeros(s_n)
         for i in range(s_n):
             w_enc, w_dec, gwe, gwd = sae.W_enc[i], sae.W_dec_t[i], g_we[i], g_wd[i]
             gwe.zero_()  # a memset beats re-zeroing last step's rows by index
@@ -203,8 +247,30 @@ class _Stepper:
                 dxc = dxc + dxc_x
                 touched.append(ux)
             g_bd[i] = g.sum(dim=0) - dxc.sum(dim=0)
+            if self.grad_clip is not None:  # the norm of the unprojected gradient, as published
+                norm = _total_norm([t.reshape(1, -1) for t in (gwe, g_be[i], gwd, g_bd[i])])
+                self.last_grad_norm[i] = norm[0]
+            if renormalize:  # project on w_j / |w_j|: <g, w_j> w_j / |w_j|^2
+                cdot.div_(w_dec.norm(dim=1).clamp_min(1e-8).square())
             _project_rows(gwd, w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1 else ua)
+            if self.grad_clip is not None:  # scaling commutes with the (linear) projection
+                coef = _clip_coef(norm, self.grad_clip)
+                if bool(coef[0] < 1.0):
+                    for t in (gwe, g_be[i], gwd, g_bd[i]):
+                        t.mul_(coef[0])
+        if renormalize:
+            sae.normalize_decoder_()
         return mse_out, aux_out
+
+
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """Per row (SAE) of each [S, *] gradient: the 2-norm of the per-tensor 2-norms (clip_grad_norm_'s total norm)."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, dim=1) for g in grads]), dim=0)
+
+
+def _clip_coef(total_norm: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6), capped at 1."""
+    return torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
 
 
 def _project_rows(gwd: torch.Tensor, w_dec: torch.Tensor, cdot: torch.Tensor, touched: torch.Tensor) -> None:
@@ -328,15 +394,17 @@ def train_stack(
     x = torch.from_numpy(normalizer.apply(x_train)).to(dev, dtype)
     sae = StackedBatchTopKSAE.from_seeds([c.seed for c in cfgs], c0.d, c0.n_latents, c0.k).to(dev, dtype)
     stepper = _Stepper(sae, cfgs, implementation)
-    batchers = [_Batcher(x.shape[0], c0.batch_size, c.seed) for c in cfgs]
+    batchers = [SAMPLER_CLASSES[c0.sampler](x.shape[0], c0.batch_size, c.seed) for c in cfgs]
     steps, s_n = c0.steps, len(cfgs)
     loss_mse = np.zeros((s_n, steps), dtype=np.float64)
     loss_aux = np.zeros((s_n, steps), dtype=np.float64)
+    grad_norm = np.zeros((s_n, steps), dtype=np.float64) if c0.grad_clip is not None else None
     start = 0
     if state is not None:
-        if state.get("version") != STATE_VERSION or state.get("seeds") != [c.seed for c in cfgs]:
-            raise ValueError("resume state does not belong to these SAE configs (seeds/version differ); "
-                             "delete the trial checkpoint to restart the cell")
+        if (state.get("version") != STATE_VERSION or state.get("seeds") != [c.seed for c in cfgs]
+                or state.get("sampler", "epoch") != c0.sampler or state.get("grad_clip") != c0.grad_clip):
+            raise ValueError("resume state does not belong to these SAE configs (seeds/version/sampler/grad_clip "
+                             "differ); delete the trial checkpoint to restart the cell")
         with torch.no_grad():
             for name, t in state["weights"].items():
                 getattr(sae, name).copy_(t.to(dev))
@@ -347,27 +415,36 @@ def train_stack(
         start = int(state["step"])
         loss_mse[:, :start] = state["loss_mse"][:, :start]
         loss_aux[:, :start] = state["loss_aux"][:, :start]
+        if grad_norm is not None:
+            grad_norm[:, :start] = state["grad_norm"][:, :start]
     for step in range(start, steps):
         idx = torch.from_numpy(np.stack([bt.next() for bt in batchers])).to(dev)
         xb = x[idx]
-        mse, aux = stepper.step(xb)
+        mse, aux = stepper.step(xb, renormalize=step == 0)
         loss_mse[:, step] = mse.cpu().numpy()
         loss_aux[:, step] = aux.cpu().numpy()
+        if grad_norm is not None:
+            grad_norm[:, step] = stepper.last_grad_norm.cpu().numpy()
         done = step + 1
         if on_checkpoint is not None and checkpoint_every > 0 and done % checkpoint_every == 0 and done < steps:
-            on_checkpoint(done, _state(done, sae, stepper, batchers, cfgs, loss_mse, loss_aux))
+            on_checkpoint(done, _state(done, sae, stepper, batchers, cfgs, loss_mse, loss_aux, grad_norm))
     sae_cpu = sae.cpu()
     for p in sae_cpu.parameters():
         p.grad = None
-    return TrainResult(normalizer, sae_cpu, loss_mse, loss_aux, stepper.dead_counter.cpu().numpy(), list(cfgs))
+    return TrainResult(normalizer, sae_cpu, loss_mse, loss_aux, stepper.dead_counter.cpu().numpy(), list(cfgs),
+                       grad_norm)
 
 
-def _state(step: int, sae: StackedBatchTopKSAE, stepper: _Stepper, batchers: list[_Batcher],
-           cfgs: list[SAECellConfig], loss_mse: np.ndarray, loss_aux: np.ndarray) -> dict:
+def _state(step: int, sae: StackedBatchTopKSAE, stepper: _Stepper, batchers: list[_Batcher | _StepSampler],
+           cfgs: list[SAECellConfig], loss_mse: np.ndarray, loss_aux: np.ndarray,
+           grad_norm: np.ndarray | None) -> dict:
     return {
         "version": STATE_VERSION,
         "step": step,
         "seeds": [c.seed for c in cfgs],
+        "sampler": cfgs[0].sampler,
+        "grad_clip": cfgs[0].grad_clip,
+        "grad_norm": None if grad_norm is None else grad_norm.copy(),
         "weights": {name: _to_cpu(getattr(sae, name)) for name in ("W_enc", "b_enc", "W_dec_t", "b_dec")},
         "adam": _to_cpu(stepper.opt.state_dict()),
         "dead_counter": _to_cpu(stepper.dead_counter),
