@@ -55,6 +55,10 @@ class LazyGroup(click.Group):
             if ctx.params.get("verbose"):
                 raise
             raise UserError(_one_line(err)) from None
+        except click.ClickException as err:  # a stage command that already turned a user error into a message
+            if isinstance(err.__context__, RaybenchError | yaml.YAMLError) and err.exit_code == 1:
+                err.exit_code = USER_EXIT_CODE
+            raise
 
 
 class UserError(click.ClickException):

@@ -428,7 +428,10 @@ def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConf
     if path is None:
         cfg = demo_run()
     else:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: malformed YAML: {' '.join(str(err).split())}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
         preset = raw.pop("preset", None)

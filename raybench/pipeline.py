@@ -7,6 +7,7 @@ finishes only the remaining work.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -186,15 +187,19 @@ def _analyze_complete(cfg: RunConfig) -> bool:
         if layout.cells_table.exists() else False
 
 
-def _analyze_run(cfg: RunConfig, remote: str | None = None) -> str:
+def _analyze_run(cfg: RunConfig, remote: str | None = None, allow_incomplete: bool = False) -> str:
     from raybench.analysis.audit import release_audit
+    from raybench.analysis.completeness import IncompleteGridError
     from raybench.analysis.figures import make_figures
     from raybench.analysis.report import render_report
     from raybench.analysis.secondary import run_secondary
     from raybench.analysis.tables import analyze_run
 
     layout = RunLayout.at(cfg.run_dir)
-    tables = analyze_run(layout.root, cfg.protocol, cohort_kind=cfg.cohort.kind)
+    try:
+        tables = analyze_run(layout.root, cfg.protocol, cohort_kind=cfg.cohort.kind, allow_incomplete=allow_incomplete)
+    except IncompleteGridError as err:
+        raise click.ClickException(str(err)) from None
     secondary = run_secondary(layout.root, cfg.protocol, cfg)
     figures = make_figures(layout.root)
     audit = release_audit(layout.root, cfg.protocol)
@@ -316,8 +321,11 @@ def stamp_run(cfg: RunConfig, what: str = "this config") -> None:
         write_run_yaml(cfg)
 
 
-def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo) -> dict[str, float]:
-    """Run every stage. A remote run_dir (s3://...) is worked on in a node-local mirror, synced per stage."""
+def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo,
+                 allow_incomplete: bool = False) -> dict[str, float]:
+    """Run every stage. A remote run_dir (s3://...) is worked on in a node-local mirror, synced per stage.
+
+    allow_incomplete: analyze a grid with missing or failed cells (refused otherwise; see `raybench analyze`)."""
     from raybench.ray_session import init_ray
     from raybench.storage import StorageError, check_writable, is_remote, local_mirror, sync_down, sync_up
 
@@ -335,9 +343,11 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo) -> di
     layout.root.mkdir(parents=True, exist_ok=True)
     write_run_yaml(cfg)
     init_ray(cfg.resources)
-    progress = Progress(STAGES, echo)
+    stages = [replace(s, run=functools.partial(_analyze_run, allow_incomplete=True))
+              if allow_incomplete and s.name == "analyze" else s for s in STAGES]
+    progress = Progress(stages, echo)
     t0 = time.perf_counter()
-    for i, stage in enumerate(STAGES, 1):
+    for i, stage in enumerate(stages, 1):
         progress.run(i, stage, cfg, remote)
         if remote:
             sync_up(layout.root, remote)
@@ -351,7 +361,11 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo) -> di
 @click.option("--run-dir", default=None, help="Run folder (local path). Default: runs/demo or the config's run_dir.")
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else a local instance).")
 @click.option("--num-cpus", type=int, default=None, help="CPUs for a local Ray instance.")
-def grid(config_path: str | None, run_dir: str | None, address: str | None, num_cpus: int | None) -> None:
+@click.option("--allow-incomplete", is_flag=True,
+              help="Analyze even when cells are missing or failed (refused by default, naming them); every table "
+                   "then flags its short denominators.")
+def grid(config_path: str | None, run_dir: str | None, address: str | None, num_cpus: int | None,
+         allow_incomplete: bool) -> None:
     """Run the whole audit: cohort -> manifest -> encode -> train -> analyze -> report."""
     cfg = load_run_config(config_path)
     if run_dir:
@@ -359,7 +373,7 @@ def grid(config_path: str | None, run_dir: str | None, address: str | None, num_
     if address or num_cpus:
         cfg = replace(cfg, resources=replace(cfg.resources, address=address or cfg.resources.address,
                                              num_cpus=num_cpus or cfg.resources.num_cpus))
-    timings = run_pipeline(cfg)
+    timings = run_pipeline(cfg, allow_incomplete=allow_incomplete)
     from raybench.storage import is_remote
 
     report = f"{cfg.run_dir.rstrip('/')}/report.html" if is_remote(cfg.run_dir) else \

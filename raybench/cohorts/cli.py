@@ -87,7 +87,17 @@ def manifest_synth(root: Path, out: Path, rate: str) -> None:
 @manifest.command("mimic")
 @click.argument("root", type=_EXISTING)
 @click.option("--out", "out", type=_PATH, required=True, help="Output folder.")
-def manifest_mimic(root: Path, out: Path) -> None:
+@click.option("--extractor", type=click.Choice(["published", "refined"]), default="published", show_default=True,
+              help="published: the protocol's own concept extractor; refined: raybench's (12-lead QRS bounds, "
+                   "per-beat pairing, baseline-referenced amplitudes).")
+@click.option("--pool", type=click.Choice(["published", "all"]), default="published", show_default=True,
+              help="published: ICD-linked studies whose extraction succeeds, ranked; all: every study, ranked.")
+@click.option("--admissions", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="MIMIC-IV hosp/admissions.csv.gz, for the published pool's ICD link.")
+@click.option("--max-records", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Pool size (the published protocol: 100,000).")
+def manifest_mimic(root: Path, out: Path, extractor: str, pool: str, admissions: Path | None,
+                   max_records: int) -> None:
     """Manifest for MIMIC-IV-ECG (record_list.csv, files/); waveform-derived concepts."""
     try:
         from raybench.cohorts.mimic import build_mimic_manifest
@@ -95,4 +105,5 @@ def manifest_mimic(root: Path, out: Path) -> None:
         if err.name != "raybench.cohorts.mimic":
             raise
         raise click.ClickException("MIMIC-IV-ECG support (raybench.cohorts.mimic) is not installed") from err
-    _report(build_mimic_manifest(root, out))
+    _report(build_mimic_manifest(root, out, max_records=max_records, concept_extractor=extractor, record_pool=pool,
+                                 admissions=admissions))

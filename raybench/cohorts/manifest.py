@@ -257,7 +257,11 @@ def load_manifest(path: str | Path, verify: bool = True) -> tuple[pd.DataFrame, 
         path = path / "manifest.parquet"
     if not path.exists():
         raise ManifestError(f"manifest {path} not found; build it with `raybench manifest ptbxl|synth|mimic`")
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as err:  # pyarrow: not a Parquet file, truncated, unreadable
+        raise ManifestError(f"manifest {path} cannot be read ({' '.join(str(err).split())}); rebuild it with "
+                            "`raybench manifest ptbxl|synth|mimic`") from None
     meta = table.schema.metadata or {}
     absent = [k.decode() for k in (META_ROOT, META_CONCEPTS, META_SOURCE, META_HASH) if k not in meta]
     if absent:

@@ -34,18 +34,18 @@ measured at all; concepts that cannot be measured on an otherwise usable record 
 
 Two extractors (`EXTRACTORS`, chosen by `extractor=`; config `cohort.concept_extractor`):
 - `refined` (`measure_record`): everything above.
-- `published` (`measure_record_published`): the protocol's own extraction as its published code ran it
-  on MIMIC-IV-ECG (scripts/build_waveform_extraction_smoke.py `extract_record`, used by
-  build_track_f_full_waveform_concepts.py). Lead II (NaN -> 0) is cleaned, R peaks are the detector's
-  marks as returned (no steepness or spacing filter), every beat is delineated with the DWT. Each fiducial
-  list is stripped of missing points and then paired by position (`zip(onsets, offsets)`, kept when
-  offset > onset): QRS = R onset -> R offset, PR = P onset -> R onset, QT-like = R onset -> T offset, so a
-  point the DWT misses shifts the pairing onto the next beat's point (where it usually fails offset >
-  onset or the window). The same plausibility windows apply. Amplitudes are raw: the largest |value|
-  across the 12 leads at the detector's R mark, at the T peak and 60 ms after the (DWT) R offset, with
-  no baseline reference (a DC offset or baseline wander adds to them). Values are rounded to 6
-  significant digits, as the published CSV stored them. A record fails (`ConceptError`, the published
-  `status != "ok"`) on fewer than 3 R peaks or any error in neurokit.
+- `published` (`measure_record_published`): the protocol's own extraction as its published code ran it on
+  MIMIC-IV-ECG (JayDuan123/2027-kdd-ECG-InterpBench: scripts/build_waveform_extraction_smoke.py
+  `extract_record`, used by build_track_f_full_waveform_concepts.py). Lead II (NaN -> 0) is cleaned, R peaks
+  are the detector's marks as returned (no steepness or spacing filter), every beat is delineated with the
+  DWT. Each fiducial list is stripped of missing points and then paired by position (`zip(onsets, offsets)`,
+  kept when offset > onset): QRS = R onset -> R offset, PR = P onset -> R onset, QT-like = R onset -> T
+  offset, so a point the DWT misses shifts the pairing onto the next beat's point (where it usually fails
+  offset > onset or the window). The same plausibility windows apply. Amplitudes are raw: the largest |value|
+  across the 12 leads at the detector's R mark, at the T peak and 60 ms after the (DWT) R offset, with no
+  baseline reference (a DC offset or baseline wander adds to them). Values are rounded to 6 significant
+  digits, as the published CSV stored them. A record fails (`ConceptError`, the published `status != "ok"`) on
+  fewer than 3 R peaks or any error in neurokit.
   Documented differences from `refined`: wider lead-II DWT QRS (~110-120 ms for narrow complexes), a
   PR/QT lost or shifted where a P onset / T offset / R onset is missed, T waves counted as beats where
   the detector marks them, and amplitudes shifted by the baseline offset at the sample read.

@@ -5,7 +5,8 @@ selection subset and the same test-patient order (which the paired bootstrap rel
 
 Missing concepts (`eval.missing_concepts`, resolved by `missing_policy`): the manifest stores standardized
 concepts with missing values as 0 and the raw values with NaN. `fill_zero` uses the 0s everywhere.
-`complete_case` is what the published MIMIC-IV-ECG run did (scripts/run_multiscale_sae_task.py with
+`complete_case` is what the published MIMIC-IV-ECG run did (the protocol's public code,
+JayDuan123/2027-kdd-ECG-InterpBench: scripts/run_multiscale_sae_task.py with
 --preserve-missing-concepts --complete-case-evaluation, run_multiscale_sae_patient_bootstrap.py with
 --complete-case-concepts): the selection subset is still drawn from the whole train split, and each
 concept's correlation there uses only the records where that concept is present (`selection_present`,

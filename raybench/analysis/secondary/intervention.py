@@ -209,7 +209,7 @@ def run_intervention(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[
     from raybench.analysis.stats import benjamini_hochberg
     from raybench.io import write_table
     from raybench.paths import RunLayout
-    from raybench.sae.data import test_patients
+    from raybench.sae.data import evaluation_test_patients
 
     layout = RunLayout.at(root)
     cells = calibration_cells(root, protocol)
@@ -220,9 +220,10 @@ def run_intervention(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[
         return {}
     from raybench.cohorts.manifest import load_manifest
 
-    manifest, _ = load_manifest(layout.manifest)
-    counts = ray.put(bootstrap_counts(len(test_patients(manifest)), scfg.draws(protocol), scfg.seed(protocol),
-                                      protocol.inference.chunk_draws))
+    manifest, info = load_manifest(layout.manifest)  # test patients as load_cell_data has them (missing concepts)
+    counts = ray.put(bootstrap_counts(len(evaluation_test_patients(manifest, info, protocol.eval)),
+                                      scfg.draws(protocol), scfg.seed(protocol),
+                                      protocol.inference.chunk_draws, protocol.inference.stream))
     task = ray.remote(num_cpus=1)(intervene_model)
     ci = (protocol.inference.ci_low, protocol.inference.ci_high)
     refs = []

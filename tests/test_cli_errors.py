@@ -1,0 +1,100 @@
+"""User errors print one `Error: ...` line naming the file/key/record and the fix (exit code 2), no traceback;
+`raybench --verbose` keeps the traceback for a bug report."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from raybench.cli import main
+from raybench.errors import USER_EXIT_CODE, RaybenchError
+
+
+def _run(args: list[str]):
+    return CliRunner().invoke(main, args)
+
+
+def _assert_user_error(res, *needles: str) -> None:
+    assert res.exit_code == USER_EXIT_CODE, res.output
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("Error: ")]
+    assert len(lines) == 1, res.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_unknown_config_key(tmp_path):
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text("preset: demo\nbogus_key: 1\n")
+    _assert_user_error(_run(["grid", "--config", str(cfg)]), str(cfg), "bogus_key")
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text("preset: demo\ncohort: {kind: ptbxl\n")
+    _assert_user_error(_run(["grid", "--config", str(cfg)]), "malformed YAML", str(cfg))
+
+
+def test_missing_ptbxl_folder(tmp_path):
+    res = _run(["manifest", "ptbxl", str(tmp_path / "nowhere"), "--out", str(tmp_path / "m")])
+    _assert_user_error(res, "nowhere")
+
+
+def test_broken_manifest_names_the_file_and_the_fix(tmp_path):
+    run = tmp_path / "run"
+    (run / "manifest").mkdir(parents=True)
+    (run / "manifest" / "manifest.parquet").write_bytes(b"not a parquet file")
+    res = _run(["encode", "--run-dir", str(run)])
+    _assert_user_error(res, "manifest.parquet")
+
+
+def test_missing_run_folder(tmp_path):
+    _assert_user_error(_run(["analyze", "--run-dir", str(tmp_path / "none")]), "none")
+
+
+@pytest.mark.slow
+def test_missing_checkpoint_names_the_model_and_file(ray_cluster, tmp_path):
+    assert _run(["cohort", "synth", "--out", str(tmp_path / "c"), "--records", "12", "--patients", "6"]).exit_code == 0
+    run = tmp_path / "run"
+    assert _run(["manifest", "synth", str(tmp_path / "c"), "--out", str(run / "manifest")]).exit_code == 0
+    missing = tmp_path / "missing.pth"
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"preset: demo\nrun_dir: {run}\nprotocol: {{grid: {{models: [csfm]}}}}\n"
+                   f"encoders: {{size: full, checkpoints: {{csfm: {missing}}}}}\n")
+    _assert_user_error(_run(["encode", "--run-dir", str(run), "--config", str(cfg)]), "csfm", str(missing))
+
+
+def test_verbose_keeps_the_traceback(tmp_path):
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text("preset: demo\nbogus_key: 1\n")
+    res = _run(["--verbose", "grid", "--config", str(cfg)])
+    assert res.exit_code != 0
+    assert isinstance(res.exception, RaybenchError)
+
+
+def test_every_input_error_class_is_a_user_error():
+    from raybench.cohorts.manifest import ManifestError
+    from raybench.cohorts.waveforms import RecordError
+    from raybench.config import ConfigError
+    from raybench.encoders.base import CheckpointError
+    from raybench.encoders.extract import ExtractionError
+    from raybench.encoders.store import StoreError
+    from raybench.storage import StorageError
+
+    for cls in (ConfigError, ManifestError, RecordError, CheckpointError, ExtractionError, StoreError, StorageError):
+        assert issubclass(cls, RaybenchError), cls
+
+
+def test_a_bug_is_not_disguised_as_a_user_error():
+    import click
+
+    @click.command("boom")
+    def boom() -> None:
+        raise ZeroDivisionError("a bug")
+
+    main.add_command(boom)
+    try:
+        res = _run(["boom"])
+    finally:
+        main.commands.pop("boom")
+    assert isinstance(res.exception, ZeroDivisionError) and res.exit_code == 1
