@@ -3,18 +3,38 @@
 The job's entrypoint is `raybench ...` run on the cluster, where `raybench grid` attaches to the
 cluster (RAY_ADDRESS is set by Ray Jobs) instead of starting a local instance. Clusters with token
 auth need RAY_AUTH_TOKEN in the laptop's environment (see cluster/README.md).
+
+Two things never leave the laptop by accident:
+- the token: it is sent only over https or to a loopback address (the port-forwarded dashboard); plain
+  http to any other host is refused unless --allow-insecure-http (or RAYBENCH_ALLOW_INSECURE_HTTP=1) says
+  the network is trusted;
+- files: the job's working_dir is a staged copy of an allow-list (pyproject.toml, README.md, raybench/,
+  the config files named by --config, and --include paths), never the whole current folder (run folders,
+  data, credentials, .git).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import shlex
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"  # the port-forwarded dashboard
 LAST_JOB_FILE = os.path.join(os.path.expanduser("~"), ".raybench_last_job")
+INSECURE_ENV = "RAYBENCH_ALLOW_INSECURE_HTTP"
+PROJECT_FILES = ("pyproject.toml", "README.md")  # uploaded with raybench/ when the working dir is a checkout
+PACKAGE_DIR = "raybench"
+CONFIG_OPTIONS = ("--config",)
+STAGED_CONFIGS = "_configs"  # config files from outside the working dir land here (the argument is rewritten)
 
 
 def auth_token() -> str | None:
@@ -36,12 +56,114 @@ def auth_token() -> str | None:
     return None
 
 
-def _client(address: str | None):
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_transport(address: str, token: str | None, allow_insecure: bool = False) -> None:
+    """Refuse to send `token` in clear text: only https, or plain http to a loopback address (a port-forward).
+
+    An address without a scheme (host:port) is reached over http too. `auto`/`local` name the local cluster.
+    """
+    if not token or allow_insecure or address in ("auto", "local"):
+        return
+    parts = urlsplit(address if "://" in address else f"http://{address}")
+    if parts.scheme == "https" or _is_loopback(parts.hostname or ""):
+        return
+    raise click.UsageError(
+        f"refusing to send the cluster token over plain {parts.scheme}:// to {parts.hostname or address}: anyone on "
+        "the network path could read it and run code on the cluster. Use an https:// address, or forward the "
+        f"dashboard and use {DEFAULT_ADDRESS} (cluster/README.md); if this network is trusted, pass "
+        f"--allow-insecure-http (or set {INSECURE_ENV}=1). The token came from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
+        "or ~/.ray/auth_token; RAY_AUTH_MODE=disabled sends none.")
+
+
+def _insecure_opt_in(flag: bool) -> bool:
+    return flag or os.environ.get(INSECURE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def _client(address: str | None, allow_insecure: bool = False):
+    address = address or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
+    token = auth_token()
+    check_transport(address, token, _insecure_opt_in(allow_insecure))
     from ray.job_submission import JobSubmissionClient
 
-    token = auth_token()
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    return JobSubmissionClient(address or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS, headers=headers)
+    return JobSubmissionClient(address, headers=headers)
+
+
+def stage_working_dir(source: str | Path, args: tuple[str, ...] | list[str], dest: str | Path,
+                      include: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """Copy the job's allow-list from `source` into `dest`; return (args with staged config paths, files copied).
+
+    Uploaded: pyproject.toml, README.md and raybench/ (when `source` is a raybench checkout; caches left out),
+    each file named by --config (relative paths are taken from `source`, as the job will read them, then from
+    the current folder; a file outside `source` goes to _configs/ and the argument is rewritten), and every
+    `include` path inside `source`. A --config path that exists on neither side is left as a cluster path.
+    """
+    source, dest = Path(source).resolve(), Path(dest)
+    copied: list[str] = []
+
+    def put(path: Path, rel: str) -> None:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            shutil.copytree(path, target, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".*"))
+            copied.extend(sorted(p.relative_to(dest).as_posix() for p in target.rglob("*") if p.is_file()))
+        else:
+            shutil.copy2(path, target)
+            copied.append(rel)
+
+    if (source / PACKAGE_DIR / "__init__.py").is_file():
+        for name in PROJECT_FILES:
+            if (source / name).is_file():
+                put(source / name, name)
+        put(source / PACKAGE_DIR, PACKAGE_DIR)
+    for item in include:
+        path = (source / item).resolve()
+        if not path.exists() or source not in (path, *path.parents):
+            raise click.UsageError(f"--include {item}: not a path inside the working dir {source}")
+        put(path, path.relative_to(source).as_posix())
+
+    out = list(args)
+    i = 0
+    while i < len(out):
+        arg, value, joined = out[i], None, False
+        if arg in CONFIG_OPTIONS and i + 1 < len(out):
+            value = out[i + 1]
+        elif arg.startswith("--config="):
+            value, joined = arg.split("=", 1)[1], True
+        if value is not None:
+            given = Path(value).expanduser()
+            candidates = (given,) if given.is_absolute() else (source / given, Path.cwd() / given)
+            found = next((p.resolve() for p in candidates if p.is_file()), None)
+            if found is not None:
+                rel = found.relative_to(source).as_posix() if source in found.parents \
+                    else f"{STAGED_CONFIGS}/{found.name}"
+                if rel not in copied:
+                    put(found, rel)
+                if joined:
+                    out[i] = f"--config={rel}"
+                else:
+                    out[i + 1] = rel
+        i += 1 if joined or value is None else 2
+    return out, copied
+
+
+@contextlib.contextmanager
+def staged_working_dir(source: str | Path, args: tuple[str, ...], include: tuple[str, ...] = ()
+                       ) -> Iterator[tuple[str, list[str], list[str]]]:
+    """A temporary folder holding the allow-list; yields (folder, rewritten args, files). Removed on exit."""
+    with tempfile.TemporaryDirectory(prefix="raybench-job-") as tmp:
+        out, files = stage_working_dir(source, args, tmp, include)
+        yield tmp, out, files
 
 
 def _remember(job_id: str) -> None:
@@ -57,29 +179,38 @@ def _job_or_last(job_id: str | None) -> str:
     raise click.UsageError("no job id given and no previous `raybench submit` recorded")
 
 
-_address = click.option("--address", default=None,
-                        help=f"Dashboard URL of the cluster (default: RAY_ADDRESS, else {DEFAULT_ADDRESS}).")
+def _address(fn):
+    fn = click.option("--allow-insecure-http", "allow_insecure", is_flag=True,
+                      help=f"Send the cluster token over plain http to a non-loopback address (trusted networks "
+                           f"only; also {INSECURE_ENV}=1).")(fn)
+    return click.option("--address", default=None,
+                        help=f"Dashboard URL of the cluster (default: RAY_ADDRESS, else {DEFAULT_ADDRESS}).")(fn)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @_address
-@click.option("--working-dir", default=".", show_default=True, help="Uploaded as the job's working_dir.")
+@click.option("--working-dir", default=".", show_default=True,
+              help="Project folder the job's files come from: pyproject.toml, README.md, raybench/ and the "
+                   "--config file(s) are uploaded, nothing else.")
+@click.option("--include", multiple=True, help="Also upload this path (inside --working-dir); repeatable.")
 @click.option("--pip", "pip_pkgs", multiple=True, help="Extra pip packages for the job's runtime_env.")
 @click.option("--num-cpus", type=float, default=1.0, show_default=True, help="Entrypoint CPUs (the driver).")
 @click.option("--num-gpus", type=float, default=0.0, show_default=True, help="Entrypoint GPUs (the driver).")
 @click.option("--no-wait", is_flag=True, help="Return after submitting instead of following the logs.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True)
-def submit(address: str | None, working_dir: str, pip_pkgs: tuple[str, ...], num_cpus: float, num_gpus: float,
-           no_wait: bool, args: tuple[str, ...]) -> None:
+def submit(address: str | None, allow_insecure: bool, working_dir: str, include: tuple[str, ...],
+           pip_pkgs: tuple[str, ...], num_cpus: float, num_gpus: float, no_wait: bool, args: tuple[str, ...]) -> None:
     """Run `raybench ARGS` as a Ray job on a cluster, e.g. `raybench submit -- grid --config run.yaml`."""
-    client = _client(address)
-    runtime_env: dict = {"working_dir": working_dir,
-                         "excludes": ["runs/", ".git/", "**/__pycache__/", "*.egg-info/"]}
-    if pip_pkgs:
-        runtime_env["pip"] = list(pip_pkgs)
-    entrypoint = "python -m raybench.cli " + " ".join(shlex.quote(a) for a in args)
-    job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
-                               entrypoint_num_cpus=num_cpus, entrypoint_num_gpus=num_gpus or None)
+    client = _client(address, allow_insecure)
+    with staged_working_dir(working_dir, args, include) as (staged, args, files):
+        shown = sorted({f.split("/", 1)[0] + ("/" if "/" in f else "") for f in files})
+        click.echo(f"uploading {len(files)} files: {', '.join(shown) or '(none)'}")
+        runtime_env: dict = {"working_dir": staged}
+        if pip_pkgs:
+            runtime_env["pip"] = list(pip_pkgs)
+        entrypoint = "python -m raybench.cli " + " ".join(shlex.quote(a) for a in args)
+        job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
+                                   entrypoint_num_cpus=num_cpus, entrypoint_num_gpus=num_gpus or None)
     _remember(job_id)
     click.echo(f"submitted {job_id}: {entrypoint}")
     if not no_wait:
@@ -89,9 +220,9 @@ def submit(address: str | None, working_dir: str, pip_pkgs: tuple[str, ...], num
 @click.command()
 @_address
 @click.argument("job_id", required=False)
-def status(address: str | None, job_id: str | None) -> None:
+def status(address: str | None, allow_insecure: bool, job_id: str | None) -> None:
     """Show a job's status (default: the last submitted job)."""
-    client = _client(address)
+    client = _client(address, allow_insecure)
     job_id = _job_or_last(job_id)
     info = client.get_job_info(job_id)
     click.echo(f"{job_id}: {info.status}" + (f" ({info.message})" if info.message else ""))
@@ -101,9 +232,9 @@ def status(address: str | None, job_id: str | None) -> None:
 @_address
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
 @click.argument("job_id", required=False)
-def logs(address: str | None, follow: bool, job_id: str | None) -> None:
+def logs(address: str | None, allow_insecure: bool, follow: bool, job_id: str | None) -> None:
     """Print a job's logs (default: the last submitted job)."""
-    client = _client(address)
+    client = _client(address, allow_insecure)
     job_id = _job_or_last(job_id)
     if follow:
         _follow(client, job_id)
@@ -114,9 +245,9 @@ def logs(address: str | None, follow: bool, job_id: str | None) -> None:
 @click.command()
 @_address
 @click.argument("job_id", required=False)
-def stop(address: str | None, job_id: str | None) -> None:
+def stop(address: str | None, allow_insecure: bool, job_id: str | None) -> None:
     """Stop a running job (default: the last submitted job)."""
-    client = _client(address)
+    client = _client(address, allow_insecure)
     job_id = _job_or_last(job_id)
     click.echo(f"{job_id}: {'stop requested' if client.stop_job(job_id) else 'not running'}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -18,6 +19,10 @@ def _ray_pin() -> str:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     pin = next(d for d in deps if d.startswith("ray["))
     return pin.split("==")[1]
+
+
+def _version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def _images(obj) -> list[str]:
@@ -64,11 +69,102 @@ def test_kuberay_manifest(path):
     assert spec["rayVersion"] == _ray_pin()
     assert spec["enableInTreeAutoscaling"] is True
     assert spec.get("authOptions", {}).get("mode") == "token"
-    head = spec["headGroupSpec"]["rayStartParams"]
-    assert head.get("dashboard-host", "127.0.0.1") != "0.0.0.0"
+    assert spec["headGroupSpec"].get("serviceType") == "ClusterIP", "the head Service is never published"
     gpu = [g for g in spec["workerGroupSpecs"] if g["groupName"] == "gpu"]
     assert gpu and gpu[0]["minReplicas"] == 0
     for image in _images(doc):
         assert re.search(rf":{re.escape(_ray_pin())}\b", image), f"{path.name}: image {image} is not ray {_ray_pin()}"
     if doc["kind"] == "RayJob":
         assert doc["spec"]["entrypoint"].startswith("raybench grid")
+
+
+# ---------------------------------------------------------------- launcher: schema, pinned install, token on every node
+
+
+@pytest.mark.parametrize("path", LAUNCHER, ids=lambda p: p.name)
+def test_launcher_config_matches_rays_schema(path):
+    """The cluster launcher's own JSON schema, shipped inside the installed ray package."""
+    jsonschema = pytest.importorskip("jsonschema")
+    import ray.autoscaler
+
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+
+
+@pytest.mark.parametrize("path", LAUNCHER, ids=lambda p: p.name)
+def test_launcher_installs_the_pinned_raybench(path):
+    cfg = yaml.safe_load(path.read_text())
+    commands = " ".join(cfg.get("setup_commands", []) + cfg.get("head_setup_commands", [])
+                        + cfg.get("worker_setup_commands", []))
+    assert "git+" not in path.read_text(), f"{path.name} installs an unpinned git HEAD"
+    installs = re.findall(r"pip install ([^;&|]+)", commands)
+    assert installs, f"{path.name} does not install raybench"
+    for spec in installs:
+        if "raybench" in spec:
+            assert re.search(rf"raybench=={re.escape(_version())}\b", spec), f"{path.name}: {spec} is not pinned"
+
+
+@pytest.mark.parametrize("path", LAUNCHER, ids=lambda p: p.name)
+def test_launcher_gives_every_node_the_token(path):
+    cfg = yaml.safe_load(path.read_text())
+    mounts = cfg.get("file_mounts") or {}
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        start = " ".join(cfg[key])
+        assert "RAY_AUTH_MODE=token" in start, f"{path.name}: {key} without token auth"
+        m = re.search(r"RAY_AUTH_TOKEN_PATH=(\S+?)[;\s]", start)
+        assert m, f"{path.name}: {key} never tells Ray where the token is"
+        token_path = m.group(1).replace("$HOME", "~")
+        remote = [r for r in mounts if token_path.startswith(r.rstrip("/") + "/") or token_path == r]
+        assert remote, f"{path.name}: {token_path} is not provided by file_mounts {mounts}"
+        assert mounts[remote[0]].startswith("~/"), "the token comes from the laptop's home, never from the repo"
+    assert "RAY_AUTH_TOKEN=" not in path.read_text(), "no token value in a config file"
+    readme = (ROOT / "cluster" / "README.md").read_text()
+    assert all(local in readme for local in mounts.values()), "cluster/README.md says how to create the token file"
+
+
+# ---------------------------------------------------------------- KubeRay: token from a Secret, pinned, dashboard reach
+
+
+def _ray_containers(doc) -> list[dict]:
+    spec = doc["spec"] if doc["kind"] == "RayCluster" else doc["spec"]["rayClusterSpec"]
+    groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    return [c for g in groups for c in g["template"]["spec"]["containers"]]
+
+
+@pytest.mark.parametrize("path", KUBERAY, ids=lambda p: p.name)
+def test_kuberay_token_comes_from_a_secret(path):
+    doc = yaml.safe_load(path.read_text())
+    spec = doc["spec"] if doc["kind"] == "RayCluster" else doc["spec"]["rayClusterSpec"]
+    secret = spec["authOptions"].get("secretName")
+    assert secret, f"{path.name}: authOptions.secretName names the Secret the operator uses too"
+    containers = _ray_containers(doc)
+    assert len(containers) >= 2
+    for c in containers:
+        env = {e["name"]: e for e in c.get("env", [])}
+        assert env.get("RAY_AUTH_MODE", {}).get("value") == "token", f"{path.name}: {c['name']}"
+        token = env.get("RAY_AUTH_TOKEN", {})
+        assert "value" not in token, f"{path.name}: a literal token in {c['name']}"
+        assert token.get("valueFrom", {}).get("secretKeyRef") == {"name": secret, "key": "auth_token"}, c["name"]
+    assert f"create secret generic {secret}" in (ROOT / "cluster" / "README.md").read_text()
+
+
+def test_rayjob_installs_the_pinned_raybench():
+    doc = yaml.safe_load((ROOT / "cluster" / "kuberay" / "rayjob.yaml").read_text())
+    runtime_env = yaml.safe_load(doc["spec"]["runtimeEnvYAML"])
+    assert runtime_env["pip"] == [f"raybench=={_version()}"]
+    for image in _images(doc):
+        assert image.startswith("rayproject/ray:") and f":{_ray_pin()}-" in image
+
+
+def test_dashboard_reach():
+    """RayJob: the submitter pod reaches the dashboard through the head Service, so it listens on the pod
+    network, behind a ClusterIP Service. RayCluster: loopback, reached by kubectl port-forward."""
+    job = yaml.safe_load((ROOT / "cluster" / "kuberay" / "rayjob.yaml").read_text())["spec"]["rayClusterSpec"]
+    assert job["headGroupSpec"]["rayStartParams"].get("dashboard-host", "0.0.0.0") == "0.0.0.0"
+    assert job["headGroupSpec"]["serviceType"] == "ClusterIP"
+    cluster = yaml.safe_load((ROOT / "cluster" / "kuberay" / "raycluster.yaml").read_text())["spec"]
+    assert cluster["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    assert cluster["headGroupSpec"]["serviceType"] == "ClusterIP"
+    readme = (ROOT / "cluster" / "README.md").read_text()
+    assert "ClusterIP" in readme and "raybench export" in readme
+    assert "s3 sync" not in readme, "the README must not suggest syncing the whole run folder"

@@ -5,10 +5,16 @@ The real Ray Jobs round trip against a `ray start` cluster is tests/test_remote_
 
 from __future__ import annotations
 
+import os
+import types
+from pathlib import Path
+
 import click
 import pytest
+from click.testing import CliRunner
 
 from raybench import jobs
+from raybench.cli import main
 
 
 @pytest.fixture
@@ -48,3 +54,142 @@ def test_last_job_is_remembered(no_ray_env, monkeypatch):
     jobs._remember("raysubmit_abc")
     assert jobs._job_or_last(None) == "raysubmit_abc"
     assert jobs._job_or_last("raysubmit_other") == "raysubmit_other"
+
+
+# ---------------------------------------------------------------- the token never travels in clear text
+
+
+@pytest.mark.parametrize("address", ["http://10.0.0.5:8265", "http://ray-head.example.org:8265", "10.0.0.5:8265",
+                                     "ray://10.0.0.5:10001", "http://[2001:db8::1]:8265"])
+def test_a_token_is_not_sent_over_plain_http_to_another_host(address):
+    with pytest.raises(click.UsageError, match="refusing to send the cluster token over plain") as err:
+        jobs.check_transport(address, "s3cret")
+    assert "--allow-insecure-http" in str(err.value) and "s3cret" not in str(err.value)
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:8265", "http://localhost:8265", "http://[::1]:8265",
+                                     "127.0.0.1:8265", "https://ray.example.org", "auto"])
+def test_a_token_may_go_to_loopback_or_https(address):
+    jobs.check_transport(address, "s3cret")
+
+
+def test_plain_http_is_fine_without_a_token_or_with_the_opt_in():
+    jobs.check_transport("http://10.0.0.5:8265", None)
+    jobs.check_transport("http://10.0.0.5:8265", "s3cret", allow_insecure=True)
+
+
+class FakeClient:
+    """Stands in for JobSubmissionClient: records what a submit would send, and the uploaded files."""
+
+    made: list[dict] = []
+
+    def __init__(self, address, headers=None):
+        self.address, self.headers = address, headers
+        FakeClient.made.append({"address": address, "headers": headers})
+
+    def submit_job(self, entrypoint, runtime_env, **kw):
+        wd = Path(runtime_env["working_dir"])
+        self.uploaded = sorted(p.relative_to(wd).as_posix() for p in wd.rglob("*") if p.is_file())
+        FakeClient.made[-1].update(entrypoint=entrypoint, runtime_env=runtime_env, uploaded=self.uploaded,
+                                   config=(wd / "conf" / "run.yaml").read_text() if (wd / "conf").exists() else None)
+        return "raysubmit_fake"
+
+    def get_job_info(self, job_id):
+        return types.SimpleNamespace(status="RUNNING", message="")
+
+
+@pytest.fixture
+def fake_ray(no_ray_env, monkeypatch):
+    import ray.job_submission
+
+    FakeClient.made = []
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", FakeClient)
+    monkeypatch.setattr(jobs, "LAST_JOB_FILE", str(no_ray_env / ".raybench_last_job"))
+    monkeypatch.delenv("RAYBENCH_ALLOW_INSECURE_HTTP", raising=False)
+    return FakeClient
+
+
+def test_commands_refuse_a_remote_http_address_when_a_token_would_be_sent(fake_ray, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "s3cret")
+    runner = CliRunner()
+    for args in (["status", "--address", "http://10.0.0.5:8265", "j1"], ["stop", "--address", "http://10.0.0.5:8265"],
+                 ["logs", "--address", "http://10.0.0.5:8265", "j1"],
+                 ["submit", "--address", "http://10.0.0.5:8265", "--no-wait", "--", "grid"]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 2 and "refusing to send the cluster token" in res.output, (args, res.output)
+    assert fake_ray.made == [], "no client was even created"
+    # the token file in ~/.ray is a token too, and RAY_ADDRESS is an address too
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
+    (Path(os.environ["HOME"]) / ".ray").mkdir()
+    (Path(os.environ["HOME"]) / ".ray" / "auth_token").write_text("local-cluster-token\n")
+    monkeypatch.setenv("RAY_ADDRESS", "http://10.0.0.5:8265")
+    res = runner.invoke(main, ["status", "j1"])
+    assert res.exit_code == 2 and "refusing" in res.output and fake_ray.made == []
+    # opting in (flag or env) sends it
+    assert runner.invoke(main, ["status", "--allow-insecure-http", "j1"]).exit_code == 0
+    monkeypatch.setenv("RAYBENCH_ALLOW_INSECURE_HTTP", "1")
+    assert runner.invoke(main, ["status", "j1"]).exit_code == 0
+    assert [m["headers"] for m in fake_ray.made] == [{"Authorization": "Bearer local-cluster-token"}] * 2
+    # loopback needs no opt-in
+    monkeypatch.delenv("RAYBENCH_ALLOW_INSECURE_HTTP")
+    assert runner.invoke(main, ["status", "--address", "http://127.0.0.1:8265", "j1"]).exit_code == 0
+
+
+# ---------------------------------------------------------------- the working dir is an allow-list
+
+
+def _project(root: Path) -> Path:
+    """A raybench checkout with the things that must stay home beside it."""
+    files = {
+        "pyproject.toml": "[project]\nname = 'raybench'\n", "README.md": "# raybench\n",
+        "raybench/__init__.py": "", "raybench/cli.py": "", "raybench/presets/demo.yaml": "x: 1\n",
+        "raybench/__pycache__/cli.cpython-311.pyc": "", "conf/run.yaml": "preset: demo\n",
+        "conf/other.yaml": "preset: paper\n", ".env": "AWS_SECRET_ACCESS_KEY=abc\n", ".git/config": "[core]\n",
+        "runs/demo/manifest/manifest.parquet": "ids", "runs/demo/tables/cells.parquet": "cells",
+        "data/record_list.csv": "subject_id,study_id\n", "notebooks/scratch.ipynb": "{}",
+        "raybench.egg-info/PKG-INFO": "", "secrets/token": "t", "extra/weights.txt": "w",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+PROJECT_UPLOAD = ["README.md", "conf/run.yaml", "pyproject.toml", "raybench/__init__.py", "raybench/cli.py",
+                  "raybench/presets/demo.yaml"]
+
+
+def test_submit_uploads_only_the_allow_list(fake_ray, tmp_path, monkeypatch):
+    monkeypatch.chdir(_project(tmp_path / "proj"))
+    res = CliRunner().invoke(main, ["submit", "--no-wait", "--", "grid", "--config", "conf/run.yaml"])
+    assert res.exit_code == 0, res.output
+    sent = fake_ray.made[-1]
+    assert sent["uploaded"] == PROJECT_UPLOAD
+    assert set(sent["runtime_env"]) == {"working_dir"}
+    assert sent["entrypoint"] == "python -m raybench.cli grid --config conf/run.yaml"
+    assert not Path(sent["runtime_env"]["working_dir"]).exists(), "the staged copy is removed after the upload"
+
+
+def test_config_files_outside_the_working_dir_are_staged_and_the_argument_rewritten(fake_ray, tmp_path, monkeypatch):
+    proj = _project(tmp_path / "proj")
+    outside = tmp_path / "elsewhere" / "ptbxl.yaml"
+    outside.parent.mkdir()
+    outside.write_text("preset: paper\n")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["submit", "--no-wait", "--working-dir", str(proj), "--include", "extra",
+                                    "--", "grid", f"--config={outside}", "--run-dir", "s3://b/r"])
+    assert res.exit_code == 0, res.output
+    sent = fake_ray.made[-1]
+    expected = [f for f in PROJECT_UPLOAD if f != "conf/run.yaml"] + ["_configs/ptbxl.yaml", "extra/weights.txt"]
+    assert sent["uploaded"] == sorted(expected)
+    assert sent["entrypoint"] == "python -m raybench.cli grid --config=_configs/ptbxl.yaml --run-dir s3://b/r"
+    # a working dir that is not a checkout uploads its config alone (the cluster's installed raybench runs)
+    wd = tmp_path / "job"
+    wd.mkdir()
+    (wd / "run.yaml").write_text("preset: demo\n")
+    (wd / "notes.txt").write_text("x")
+    res = CliRunner().invoke(main, ["submit", "--no-wait", "--working-dir", str(wd), "--", "grid", "--config",
+                                    "run.yaml"])
+    assert res.exit_code == 0 and fake_ray.made[-1]["uploaded"] == ["run.yaml"], res.output
+    with pytest.raises(click.UsageError, match="--include"):
+        jobs.stage_working_dir(proj, [], tmp_path / "stage", include=("../elsewhere",))

@@ -1,0 +1,241 @@
+"""`raybench export --run-dir R --to DIR`: copy what may leave the environment, and nothing record-level.
+
+A run folder mixes shareable results with record-level data (manifest/, activation stores with their
+`*_ids.npy`, each cell's `patient_stats.npz`, harmonization caches, quarantine lists, the generated cohort,
+Tune's trial logs and tracebacks). The export is an allow-list, so a new kind of file stays home until it
+is added here on purpose:
+
+    report.html                      the self-contained report
+    tables/*.parquet|csv|json        aggregate tables, the release audit
+    figures/*.png|svg                figures
+    cells/<cell>/sae.safetensors     SAE weights and the cfg.json that makes them usable on their own
+    cells/<cell>/cfg.json
+    run.yaml                         the resolved config, any record-level field (`*_ids`, quarantine) removed
+    EXPORT.json                      what was copied (path, bytes, sha256) and how much was left behind
+
+Even an allow-listed file is refused if its name looks record-level (`*_ids*`, `*.npz`, quarantine,
+manifest, patient_stats). For credentialed cohorts (raybench.privacy) every copied file is then scanned
+for the cohort's record and subject ids (from manifest/ and the dataset's record_list.csv); a hit aborts
+the export, leaving nothing at DIR, and names the file - e.g. a run whose tables predate the failure-text
+rules. The export is written to a temporary folder beside DIR and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from raybench.paths import RunLayout
+from raybench.privacy import is_credentialed
+
+ALLOW = ("report.html", "tables/*.parquet", "tables/*.csv", "tables/*.json", "figures/*.png", "figures/*.svg",
+         "cells/*/sae.safetensors", "cells/*/cfg.json")
+# Refused even when allow-listed (case-insensitive, matched against the relative path).
+DENY = ("*_ids*", "*.npz", "*.npy", "*quarantine*", "*manifest*", "*patient_stats*", "*record_list*",
+        "*machine_measurements*")
+RECORD_KEYS = re.compile(r"(^|_)(ids|ecg_ids|subject_ids|patient_ids|study_ids|records_list|quarantine)$")
+_DATA_URI = re.compile(rb"data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+")
+
+
+class ExportError(RuntimeError):
+    """The export cannot be made safely; nothing was written to the destination."""
+
+
+@dataclass
+class ExportResult:
+    dest: Path
+    files: list[dict[str, Any]] = field(default_factory=list)
+    left_behind: int = 0
+    scanned_ids: int = 0
+
+
+def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
+    """Copy the allow-listed artifacts of `run_dir` to `dest` (which must not exist, or be empty)."""
+    layout = RunLayout.at(run_dir)
+    src = layout.root.resolve()
+    dest = Path(dest).expanduser().resolve()
+    if not src.is_dir():
+        raise ExportError(f"--run-dir {run_dir} is not a folder: give the run folder written by `raybench grid`")
+    if dest == src or src in dest.parents:
+        raise ExportError(f"--to {dest} is inside the run folder {src}: export to a folder outside it")
+    if dest in src.parents:
+        raise ExportError(f"--to {dest} contains the run folder {src}: export to a new, empty folder")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ExportError(f"--to {dest} exists and is not an empty folder: export to a new folder")
+    raw = _read_yaml(layout.run_yaml)
+    credentialed = is_credentialed(raw or {})
+
+    chosen, left = [], 0
+    for path in sorted(p for p in src.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(src).as_posix()
+        if rel == "run.yaml":
+            continue
+        if path.is_symlink() or not _allowed(rel):
+            left += 1
+            continue
+        chosen.append(rel)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    result = ExportResult(dest=dest, left_behind=left)
+    try:
+        for rel in chosen:
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / rel, target)
+        if raw is not None:
+            (tmp / "run.yaml").write_text(_export_run_yaml(layout.run_yaml.read_text(), raw))
+        if credentialed:
+            ids = record_ids(layout, raw)
+            result.scanned_ids = len(ids)
+            hits = [rel for rel in _files(tmp) if ids and _holds_ids(tmp / rel, ids)]
+            if hits:
+                raise ExportError(
+                    f"{len(hits)} file(s) that would be exported hold record or subject ids of this credentialed "
+                    f"cohort: {', '.join(hits[:10])}. Re-render them with this raybench version (failure text is "
+                    "reduced to the exception type), or remove them from the run folder, then export again")
+        result.files = [{"path": rel, "bytes": (tmp / rel).stat().st_size, "sha256": _sha256(tmp / rel)}
+                        for rel in _files(tmp)]
+        manifest = {"source_run": src.name, "credentialed": credentialed, "files": result.files,
+                    "left_behind": left, "allow": list(ALLOW) + ["run.yaml"],
+                    "id_scan": {"ids": result.scanned_ids} if credentialed else None}
+        (tmp / "EXPORT.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if dest.exists():
+            dest.rmdir()
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def record_ids(layout: RunLayout, raw: dict[str, Any] | None) -> set[bytes]:
+    """Every record and subject id the run knows (manifest, quarantine, the dataset's record list), as bytes."""
+    import pandas as pd
+
+    ids: set[str] = set()
+
+    def add(values) -> None:
+        for v in values:
+            s = str(v).strip()
+            if s.endswith(".0") and s[:-2].isdigit():
+                s = s[:-2]
+            if s and s.lower() != "nan":
+                ids.add(s)
+
+    id_cols = ("ecg_id", "patient_id", "subject_id", "study_id")
+    if layout.manifest.exists():
+        import pyarrow.parquet as pq
+
+        names = pq.read_schema(layout.manifest).names
+        table = pq.read_table(layout.manifest, columns=[c for c in id_cols if c in names])
+        for col in table.column_names:
+            add(table.column(col).to_pylist())
+    listings = [layout.quarantine]
+    root = ((raw or {}).get("cohort") or {}).get("root") if isinstance((raw or {}).get("cohort"), dict) else None
+    if root:
+        listings.append(Path(str(root)).expanduser() / "record_list.csv")
+    for path in listings:
+        if path.is_file():
+            df = pd.read_csv(path, dtype=str)
+            for col in id_cols:
+                if col in df.columns:
+                    add(df[col].dropna())
+    return {s.encode() for s in ids}
+
+
+def _allowed(rel: str) -> bool:
+    low = rel.lower()
+    return any(fnmatch.fnmatchcase(rel, pat) for pat in ALLOW) and \
+        not any(fnmatch.fnmatchcase(low, pat) for pat in DENY)
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def _holds_ids(path: Path, ids: set[bytes]) -> bool:
+    """Whether the file (or a parquet table's text) holds one of `ids` as a whole digit run, or a non-numeric id
+    as a whole word. Inline images (data: URIs) are skipped."""
+    texts = [_DATA_URI.sub(b"", path.read_bytes())]
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        texts.append(pd.read_parquet(path).to_csv(index=False).encode())
+    numeric = {i for i in ids if i.isdigit()}
+    words = ids - numeric
+    runs = None
+    if numeric:
+        lengths = sorted({len(i) for i in numeric})
+        runs = re.compile(rb"(?<!\d)\d{%d,%d}(?!\d)" % (lengths[0], lengths[-1]))
+    for text in texts:
+        if runs is not None and not numeric.isdisjoint(runs.findall(text)):
+            return True
+        if words and not words.isdisjoint(re.findall(rb"[\w.-]+", text)):
+            return True
+    return False
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_yaml(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    raw = yaml.safe_load(path.read_text())
+    return raw if isinstance(raw, dict) else None
+
+
+def _scrub(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _scrub(v) for k, v in obj.items() if not RECORD_KEYS.search(str(k))}
+    if isinstance(obj, list):
+        return [_scrub(v) for v in obj]
+    return obj
+
+
+def _export_run_yaml(text: str, raw: dict[str, Any]) -> str:
+    """run.yaml with record-level keys dropped (the resolved config holds none today; a recorded id list would)."""
+    out = _scrub(raw)
+    header = [ln for ln in text.splitlines() if ln.startswith("#")]
+    header.append("# exported by `raybench export`: record-level fields removed")
+    return "\n".join(header) + "\n" + yaml.safe_dump(out, sort_keys=False)
+
+
+@click.command()
+@click.option("--run-dir", required=True, help="The local run folder written by `raybench grid`.")
+@click.option("--to", "dest", required=True, help="New (or empty) folder to receive the shareable artifacts.")
+def export(run_dir: str, dest: str) -> None:
+    """Copy what may leave this environment: report, aggregate tables, figures, SAE weights, run.yaml.
+
+    Nothing record-level is copied (manifest/, activation stores and their ids, patient_stats.npz,
+    harmonization caches, quarantine lists, cohort/, Tune logs). Credentialed cohorts (MIMIC) are also
+    scanned for record and subject ids; a hit aborts the export.
+    """
+    if "://" in run_dir:
+        raise click.UsageError(f"--run-dir {run_dir}: export reads a local run folder; copy the run down first "
+                               "(inside the credentialed environment) and pass that folder")
+    try:
+        result = export_run(run_dir, dest)
+    except ExportError as err:
+        raise click.ClickException(str(err)) from None
+    total = sum(f["bytes"] for f in result.files)
+    click.echo(f"exported {len(result.files)} files ({total / 1e6:.1f} MB) to {result.dest}; "
+               f"{result.left_behind} record-level or unlisted files left in {run_dir}"
+               + (f"; scanned for {result.scanned_ids} record/subject ids: none found" if result.scanned_ids else ""))
