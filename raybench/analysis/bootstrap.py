@@ -1,20 +1,22 @@
-"""Paired patient bootstrap and crossed depth x seed bootstrap as chunked Ray tasks (DESIGN.md section 8).
+"""Paired patient bootstrap and crossed depth x seed bootstrap as chunked Ray tasks (docs/protocol.md §8).
 
 The patient bootstrap never touches records: every cell's test-set metrics are functions of
 per-patient sufficient statistics, so a draw (multinomial patient counts w) is a weighted sum and a
 chunk of draws is one GEMM  counts [draws, P] x stats [P, features].  Statistics are centred on the
 full-test means and scaled to unit variance before packing, so the sums stay well conditioned.
 
-Determinism: draws come from ONE SeedSequence(seed).spawn(n_chunks) with a fixed chunk size, and
-every task computes a fixed (draw chunk, cell block) pair with one BLAS thread, so results do not
-depend on how many workers run or in which order tasks finish.
+Determinism: the draws come from one of two streams (raybench.analysis.streams): `published` (the
+protocol code's own generator calls, drawn in order on the driver and handed to the tasks in chunks) or
+`chunked` (chunk i from child i of SeedSequence(seed), drawn inside its task).  Either way every task
+computes a fixed (draw chunk, cell block) pair with one BLAS thread, so results do not depend on how many
+workers run or in which order tasks finish.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import numpy as np
 import ray
 
 from raybench.analysis.metrics import pearson_from_sums
+from raybench.analysis.streams import check_stream, index_counts, published_crossed_indices, published_patient_counts
 
 METRIC_NAMES: tuple[str, ...] = ("reconstruction", "accessibility", "coverage")
 _CELL_FIXED = 2  # sse, sst
@@ -45,6 +48,8 @@ class PatientStats:
     cell_group [cells]: which concept block each cell uses (identical blocks are stored once).
     point [cells, 3]: reconstruction, accessibility, coverage from the raw sums (no resampling).
     point_r [cells, C]: per-concept test r from the raw sums.
+    active [P]: patients with at least one evaluated record (the published stream draws over these only, e.g.
+    the complete-case patients of a MIMIC run whose patient_stats keep empty patients with n = 0).
     """
 
     cell_ids: tuple[str, ...]
@@ -57,6 +62,7 @@ class PatientStats:
     point: np.ndarray
     point_r: np.ndarray
     threshold: float
+    active: np.ndarray | None = None
 
     @property
     def block_slices(self) -> list[slice]:
@@ -147,12 +153,14 @@ def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]]
     sizes: list[int] = []
     current: np.ndarray | None = None
     n_patients: int | None = None
+    active: np.ndarray | None = None
     i = -1
     for i, (label, raw) in enumerate(items):
         if i >= n_cells:
             raise StatsError(f"more statistics than cell ids ({n_cells})")
         cell_cols, y_cols, fid, tot, big_n = _center_cell(raw, Path(label), n_concepts, n_patients)
         n_patients = cell_cols.shape[0]
+        active = (y_cols[:, 0] > 0) if active is None else (active | (y_cols[:, 0] > 0))
         key = hashlib.sha256(np.ascontiguousarray(y_cols).tobytes()).hexdigest()
         if key not in groups:
             groups[key] = len(y_parts)
@@ -172,7 +180,7 @@ def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]]
     if i + 1 != n_cells:
         raise StatsError(f"statistics for {i + 1} cells, expected {n_cells}")
     return PatientStats(tuple(cell_ids), int(n_patients), n_concepts, np.concatenate(y_parts, axis=1), blocks,
-                        sizes, cell_group, point, point_r, threshold)
+                        sizes, cell_group, point, point_r, threshold, active)
 
 
 def metrics_from_weighted(yw: np.ndarray, cw: np.ndarray, cell_group: np.ndarray, n_concepts: int,
@@ -222,9 +230,9 @@ def patient_counts(seed: int, n_draws: int, chunk_draws: int, n_patients: int, c
     return rng.multinomial(n_patients, np.full(n_patients, 1.0 / n_patients), size=size).astype(np.float64)
 
 
-def crossed_counts(seed: int, n_draws: int, chunk_draws: int, n_depths: int, n_seeds: int,
-                   chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Resampling counts of depth units [draws, D] and seeds [draws, S] for one chunk of the crossed bootstrap.
+def crossed_indices(seed: int, n_draws: int, chunk_draws: int, n_depths: int, n_seeds: int,
+                    chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked stream: resampled positions of depth units [draws, D] and seeds [draws, S] of one chunk.
 
     Its own SeedSequence([seed, 1]) so its draws never coincide with the patient bootstrap's.
     """
@@ -233,9 +241,49 @@ def crossed_counts(seed: int, n_draws: int, chunk_draws: int, n_depths: int, n_s
     rng = np.random.default_rng(children[chunk])
     di = rng.integers(0, n_depths, size=(size, n_depths))
     si = rng.integers(0, n_seeds, size=(size, n_seeds))
-    cd = np.stack([np.bincount(row, minlength=n_depths) for row in di]).astype(np.float64)
-    cs = np.stack([np.bincount(row, minlength=n_seeds) for row in si]).astype(np.float64)
-    return cd, cs
+    return di, si
+
+
+def crossed_counts(seed: int, n_draws: int, chunk_draws: int, n_depths: int, n_seeds: int,
+                   chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked stream: resampling counts of depth units [draws, D] and seeds [draws, S] of one chunk."""
+    di, si = crossed_indices(seed, n_draws, chunk_draws, n_depths, n_seeds, chunk)
+    return index_counts(di, n_depths), index_counts(si, n_seeds)
+
+
+def crossed_draw_indices(seed: int, n_draws: int, chunk_draws: int, n_depths: int, n_seeds: int,
+                         stream: str = "chunked") -> tuple[np.ndarray, np.ndarray]:
+    """Every crossed draw of a stream: positions of the depth units [draws, D] and seeds [draws, S]."""
+    if check_stream(stream) == "published":
+        return published_crossed_indices(seed, n_draws, n_depths, n_seeds)
+    parts = [crossed_indices(seed, n_draws, chunk_draws, n_depths, n_seeds, c)
+             for c in range(n_chunks(n_draws, chunk_draws))]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def patient_draws(stats: PatientStats | int, n_draws: int, seed: int, chunk_draws: int,
+                  stream: str = "chunked") -> Iterator[np.ndarray]:
+    """The patient-count chunks [<= chunk_draws, P] a patient bootstrap of `stats` uses, in draw order.
+
+    stats: the packed statistics (or just P).  The published stream draws over the active patients only and
+    gives the others a count of 0; the chunked stream draws over all P.
+    """
+    n_patients = stats if isinstance(stats, int) else stats.n_patients
+    if check_stream(stream) == "chunked":
+        for c in range(n_chunks(n_draws, chunk_draws)):
+            yield patient_counts(seed, n_draws, chunk_draws, n_patients, c)
+        return
+    active = None if isinstance(stats, int) else stats.active
+    if active is None or bool(np.all(active)):
+        yield from published_patient_counts(seed, n_draws, n_patients, chunk_draws)
+        return
+    cols = np.flatnonzero(active)
+    if cols.size == 0:
+        raise StatsError("no test patient has an evaluated record; nothing to bootstrap")
+    for part in published_patient_counts(seed, n_draws, int(cols.size), chunk_draws):
+        full = np.zeros((part.shape[0], n_patients))
+        full[:, cols] = part
+        yield full
 
 
 # ---------------------------------------------------------------- Ray tasks
@@ -258,6 +306,29 @@ def _patient_chunk(counts: np.ndarray, y_matrix: np.ndarray, block: np.ndarray, 
 def _crossed_chunk(seed: int, n_draws: int, chunk_draws: int, chunk: int, values: np.ndarray) -> np.ndarray:
     return crossed_values(values, *crossed_counts(seed, n_draws, chunk_draws, values.shape[1], values.shape[2],
                                                   chunk))
+
+
+@ray.remote(num_cpus=1)
+def _crossed_given(di: np.ndarray, si: np.ndarray, values: np.ndarray) -> np.ndarray:
+    if np.all(np.isfinite(values)):
+        return crossed_values_published(values, di, si)
+    return crossed_values(values, index_counts(di, values.shape[1]), index_counts(si, values.shape[2]))
+
+
+def crossed_values_published(values: np.ndarray, di: np.ndarray, si: np.ndarray) -> np.ndarray:
+    """values [M, D, S], resampled positions di [draws, D], si [draws, S] -> [draws, M] in the published
+    arithmetic: the mean (numpy's pairwise sum / D*S) of the selected cells in draw order, depth-major.
+
+    Equal to crossed_values up to rounding; rounding decides ties of quantized metrics between models, so
+    this is what makes paired p-values and rank ties come out as published.  Needs a complete grid (as the
+    published code does); crossed_bootstrap falls back to crossed_values when a cell is missing.
+    """
+    di, si = np.asarray(di, dtype=np.int64), np.asarray(si, dtype=np.int64)
+    m, n, k = values.shape[0], di.shape[0], di.shape[1] * si.shape[1]
+    picked = np.ascontiguousarray(values[:, di[:, :, None], si[:, None, :]]).reshape(m * n, k)  # rows: (model, draw)
+    # a reduction along the contiguous last axis of a 2-d array runs numpy's pairwise sum per row, as np.mean
+    # of one draw's list does (tested against the published draws); a 3-d reduction may not
+    return (np.add.reduce(picked, axis=1) / k).reshape(m, n).T
 
 
 def crossed_values(values: np.ndarray, cd: np.ndarray, cs: np.ndarray) -> np.ndarray:
@@ -287,18 +358,23 @@ def _run_bounded(jobs: Sequence[Callable[[], ray.ObjectRef]], num_workers: int |
 
 
 def patient_bootstrap(stats: PatientStats, n_draws: int, seed: int, chunk_draws: int = 250,
-                      num_workers: int | None = None) -> np.ndarray:
+                      num_workers: int | None = None, stream: str = "chunked") -> np.ndarray:
     """Paired patient bootstrap -> [n_draws, cells, 3] (reconstruction R^2, accessibility, coverage).
 
     The same draws apply to every cell (paired).  Data go to the object store once; each task is one
     (draw chunk, cell block) GEMM.  num_workers caps concurrent tasks (None: as many as Ray schedules).
+    stream: "published" (the protocol code's draws, made in order on the driver) or "chunked" (each chunk's
+    own SeedSequence child, drawn in its task); see raybench.analysis.streams.
     """
     y_ref = ray.put(stats.y_matrix)
     block_refs = [b if isinstance(b, ray.ObjectRef) else ray.put(b) for b in stats.cell_blocks]
     slices = stats.block_slices
     group_refs = [stats.cell_group[s] for s in slices]
-    count_refs = [_counts_task.remote(seed, n_draws, chunk_draws, stats.n_patients, c)
-                  for c in range(n_chunks(n_draws, chunk_draws))]
+    if check_stream(stream) == "published":
+        count_refs = [ray.put(c) for c in patient_draws(stats, n_draws, seed, chunk_draws, stream)]
+    else:
+        count_refs = [_counts_task.remote(seed, n_draws, chunk_draws, stats.n_patients, c)
+                      for c in range(n_chunks(n_draws, chunk_draws))]
     jobs, where = [], []
     for c, cref in enumerate(count_refs):
         for b, bref in enumerate(block_refs):
@@ -313,16 +389,24 @@ def patient_bootstrap(stats: PatientStats, n_draws: int, seed: int, chunk_draws:
 
 
 def crossed_bootstrap(values: np.ndarray, n_draws: int, seed: int, chunk_draws: int = 2500,
-                      num_workers: int | None = None) -> np.ndarray:
+                      num_workers: int | None = None, stream: str = "chunked") -> np.ndarray:
     """Crossed bootstrap over depth units and seeds of cell-level values [M, D, S] -> [n_draws, M].
 
     Each draw resamples the D depths and the S seeds with replacement (the same units for every model,
     so model comparisons stay paired) and averages the selected cells; missing cells (NaN) drop out.
+    stream "published" draws as the protocol code does (its depth and seed axes must be in ascending unit
+    order, as there) and averages in its arithmetic (crossed_values_published; on a complete grid);
+    "chunked" draws each chunk from its own SeedSequence child inside its task.
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 3:
         raise ValueError(f"crossed bootstrap needs values [models, depths, seeds], got shape {values.shape}")
     ref = ray.put(values)
-    jobs = [lambda c=c: _crossed_chunk.remote(seed, n_draws, chunk_draws, c, ref)
-            for c in range(n_chunks(n_draws, chunk_draws))]
+    if check_stream(stream) == "published":
+        di, si = crossed_draw_indices(seed, n_draws, chunk_draws, values.shape[1], values.shape[2], stream)
+        jobs = [lambda a=a: _crossed_given.remote(di[a:a + chunk_draws], si[a:a + chunk_draws], ref)
+                for a in range(0, n_draws, chunk_draws)]
+    else:
+        jobs = [lambda c=c: _crossed_chunk.remote(seed, n_draws, chunk_draws, c, ref)
+                for c in range(n_chunks(n_draws, chunk_draws))]
     return np.concatenate(_run_bounded(jobs, num_workers), axis=0)

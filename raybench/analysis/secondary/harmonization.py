@@ -10,7 +10,8 @@ Protocols (each model's own preprocessing still runs last, so it always gets its
 The final layer is re-encoded for the train selection subset and the test split (one Ray task per model,
 waveforms read once and shared through the object store; cached under <run>/secondary/harmonization/).
 Per model x protocol: train-selected dense coordinate per concept, held-out |r| and coverage, linear CKA to
-native on test, patient-bootstrap differences to native with BH over the model comparisons, and rank
+native on test, patient-bootstrap differences to native with BH over the model comparisons and, separately
+(as published), over every concept-level comparison (harmonization_concept_contrasts), and rank
 agreement (Spearman, Kendall) of the model order between native and each protocol.
 """
 
@@ -48,6 +49,8 @@ WINDOW_SECONDS: dict[tuple[str, str], float] = {
     ("st_mem", "native"): 9.0, ("st_mem", "published"): 9.0,
 }
 CACHE_VERSION = 1
+CONCEPT_CONTRAST_COLUMNS = ["model", "protocol", "concept", "family", "delta", "ci_low", "ci_high", "p_value",
+                            "n_draws", "q_value_bh"]
 
 
 def window_seconds(encoder, record_seconds: float) -> float:  # noqa: ANN001 - ECGEncoder
@@ -132,15 +135,16 @@ def harmonization_tables(feats: dict[str, dict[str, tuple[np.ndarray, np.ndarray
     from raybench.analysis.stats import benjamini_hochberg, kendall_tau, paired_p
 
     fams = concept_families(names)
-    rows, concept_rows, contrast_rows = [], [], []
+    rows, concept_rows, contrast_rows, concept_tests = [], [], [], []
     n_pat = counts.shape[1]
     for model in sorted(feats):
         y_sel, y_te = concepts[model]
-        boot_abs = {}
+        boot_abs, obs_abs = {}, {}
         native_test = feats[model]["native"][1]
         for protocol, (x_sel, x_te) in feats[model].items():
             sel, r = single_coordinate_r(x_sel, y_sel, x_te, y_te)
             boot_abs[protocol] = np.abs(draw_corr(counts, corr_sums(x_te[:, sel], y_te, test_codes[model], n_pat)))
+            obs_abs[protocol] = np.abs(r)
             rows.append({"model": model, "protocol": protocol, "layer": layers[model],
                          "accessibility": float(np.abs(r).mean()),
                          "coverage": float((np.abs(r) >= threshold).mean()),
@@ -160,7 +164,16 @@ def harmonization_tables(feats: dict[str, dict[str, tuple[np.ndarray, np.ndarray
                                       "ci_low": float(np.percentile(diff, ci[0])),
                                       "ci_high": float(np.percentile(diff, ci[1])),
                                       "p_value": paired_p(diff), "n_draws": int(diff.size)})
+            # concept level (published: |r| protocol - |r| native per concept, BH over every concept test)
+            delta = boot_abs[protocol] - boot_abs["native"]  # [draws, C]
+            lo, hi = np.percentile(delta, ci, axis=0)
+            concept_tests += [{"model": model, "protocol": protocol, "concept": c, "family": fams[j],
+                               "delta": float(obs_abs[protocol][j] - obs_abs["native"][j]), "ci_low": float(lo[j]),
+                               "ci_high": float(hi[j]), "p_value": paired_p(delta[:, j]), "n_draws": len(delta)}
+                              for j, c in enumerate(names)]
     summary = pd.DataFrame(rows)
+    by_concept = pd.DataFrame(concept_tests, columns=CONCEPT_CONTRAST_COLUMNS[:-1])
+    by_concept["q_value_bh"] = benjamini_hochberg(by_concept["p_value"].to_numpy()) if len(by_concept) else []
     contrasts = pd.DataFrame(contrast_rows, columns=["model", "protocol", "metric", "delta", "ci_low", "ci_high",
                                                      "p_value", "n_draws"])
     contrasts["q_value_bh"] = np.nan
@@ -177,7 +190,8 @@ def harmonization_tables(feats: dict[str, dict[str, tuple[np.ndarray, np.ndarray
                               "kendall_tau": kendall_tau(a, b) if len(a) >= 2 else np.nan, "n_models": len(a)})
     ranks = pd.DataFrame(rank_rows, columns=["protocol", "metric", "spearman_rho", "kendall_tau", "n_models"])
     return {"harmonization": summary, "harmonization_contrasts": contrasts, "harmonization_rank": ranks,
-            "harmonization_concepts": pd.concat(concept_rows, ignore_index=True)}
+            "harmonization_concepts": pd.concat(concept_rows, ignore_index=True),
+            "harmonization_concept_contrasts": by_concept}
 
 
 # ---------------------------------------------------------------- driver
@@ -289,7 +303,7 @@ def run_harmonization(root: str | Path, protocol, cfg, scfg: SecondaryConfig  # 
                            by_id.loc[te_m, list(names)].to_numpy(np.float64))
         codes[model] = np.array([code_of[str(p)] for p in by_id.loc[te_m, "patient_id"]], dtype=np.int64)
     counts = bootstrap_counts(len(patients), scfg.draws(protocol), scfg.seed(protocol),
-                              protocol.inference.chunk_draws)
+                              protocol.inference.chunk_draws, protocol.inference.stream)
     tables = harmonization_tables(feats, concepts, codes, names, layers, counts, protocol.eval.coverage_threshold,
                                   (protocol.inference.ci_low, protocol.inference.ci_high))
     for name, df in tables.items():

@@ -46,6 +46,9 @@ def run_secondary(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg: Se
     if scfg is None:
         scfg = SecondaryConfig.demo() if protocol.name == "demo" else SecondaryConfig()
     scfg.validate()
+    from raybench.analysis.randomness import write_secondary_randomness
+
+    write_secondary_randomness(root, protocol, scfg)  # randomness/secondary.json: the seeds used below
     init_ray(cfg.resources)
     steps = {
         "calibration": lambda: run_calibration(root, protocol, scfg),
