@@ -38,7 +38,7 @@ RR_Mean = mean of the in-record RR intervals, RR_Mean_Global_iqr their IQR, HR =
 PR = P onset to QRS onset (PQ the same), QT = QRS onset to T end, QTc Bazett/Fridericia/Framingham
 from QT and RR_Mean; records without P waves have P_Found 0, P amplitudes/areas 0 and NaN P timing.
 
-Waveform concepts (ground truth for the waveform extractor, DESIGN "Waveform-derived concepts"),
+Waveform concepts (ground truth for the waveform extractor, docs/protocol.md §4),
 measured on the noiseless single-beat template: rr_mean_ms = median RR; qrs_duration_ms, pr_interval_ms,
 qt_like_ms = the exact support boundaries above (equal to QRS_Dur, PR_Int, QT_Int);
 r/t/st_amp_global_mv = largest |value| over the 12 leads at the R peak, the T peak and 60 ms after the
