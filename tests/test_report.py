@@ -164,7 +164,7 @@ def test_analyze_command_runs_every_stage(tmp_path, monkeypatch):
     root = write_fake_run(tmp_path / "run", small_protocol(), cohort_kind="ptbxl", tables=())
     calls = {}
 
-    def analyze_run(run_root, protocol, num_workers=None, cohort_kind="synth"):
+    def analyze_run(run_root, protocol, num_workers=None, cohort_kind="synth", allow_incomplete=False):
         calls["analyze"] = (Path(run_root), protocol.grid.models, num_workers, cohort_kind)
         write_fake_run(run_root, small_protocol(), cohort_kind="ptbxl", tables=("cells", "profiles"), run_yaml=False)
         return {"cells": None, "profiles": None}
@@ -192,7 +192,7 @@ def test_analyze_with_explicit_config(tmp_path, monkeypatch):
     cfg_path.write_text(dump_run_config(dataclasses.replace(demo_run("elsewhere"), protocol=small_protocol())))
     seen = {}
 
-    def analyze_run(run_root, protocol, num_workers=None, cohort_kind="synth"):
+    def analyze_run(run_root, protocol, num_workers=None, cohort_kind="synth", allow_incomplete=False):
         seen["models"] = protocol.grid.models
         write_fake_run(run_root, protocol, tables=("cells",), run_yaml=False)
         return {"cells": None}
@@ -205,3 +205,26 @@ def test_analyze_with_explicit_config(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert seen["models"] == small_protocol().grid.models
     assert "release audit: 54/54 cells, 18/18 blocks" in res.output
+
+
+def test_audit_json_values_are_escaped(tmp_path):
+    """audit.json is a file in the run folder: whatever it holds must not become markup in report.html."""
+    import json
+
+    from raybench.analysis.audit import release_audit
+
+    root = write_fake_run(tmp_path / "run", small_protocol(), tables=("cells",))
+    release_audit(root, small_protocol())
+    path = RunLayout.at(root).tables_dir / "audit.json"
+    audit = json.loads(path.read_text())
+    evil = "<script>alert(1)</script>"
+    for key in ("ok_cells", "expected_cells", "complete_blocks", "expected_blocks"):
+        audit["primary"][key] = f"{key}{evil}"
+    audit["summary"] = evil
+    audit["problems"] = [evil]
+    path.write_text(json.dumps(audit))
+    text = render_report(root).read_text()
+    assert "<script" not in text
+    assert "script" not in parse(root / "report.html").tags
+    for key in ("ok_cells", "expected_cells", "complete_blocks", "expected_blocks"):
+        assert f"{key}&lt;script&gt;alert(1)&lt;/script&gt;" in text

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,9 @@ def audit_cells(cells: pd.DataFrame | None, protocol: Protocol) -> AuditResult:
 
 
 def release_audit(root: str | Path, protocol: Protocol) -> AuditResult:
-    """Audit `root`/tables/cells.parquet against `protocol` and write tables/audit.json."""
+    """Audit `root`/tables/cells.parquet against `protocol` and write tables/audit.json.
+
+    Secondary analyses recorded as failed (tables/secondary_failures.json) are problems: the audit fails."""
     layout = RunLayout.at(root)
     if layout.cells_table.exists():
         cells = pd.read_parquet(layout.cells_table)
@@ -146,8 +148,24 @@ def release_audit(root: str | Path, protocol: Protocol) -> AuditResult:
         log.warning("no cells table at %s: every expected cell counts as missing", layout.cells_table)
         cells = None
     result = audit_cells(cells, protocol)
+    secondary = secondary_problems(root)
+    if secondary:  # a failed secondary analysis is a hole in the release too
+        result = replace(result, problems=[*result.problems, *secondary])
     write_json(layout.tables_dir / AUDIT_FILE, result.to_dict())
     return result
+
+
+def secondary_problems(root: str | Path) -> list[str]:
+    """One problem per secondary analysis recorded as failed (tables/secondary_failures.json), or one for an
+    unreadable record; [] when none failed or the secondary analyses never ran."""
+    from raybench.analysis.secondary.run import read_failures
+
+    try:
+        failures = read_failures(root)
+    except ValueError as err:
+        return [str(err)]
+    return [f"secondary analysis {f.get('analysis')} failed ({f.get('reason')}); its tables and figures are "
+            "missing: fix the cause and rerun raybench analyze" for f in failures]
 
 
 def read_audit(root: str | Path) -> dict[str, Any] | None:

@@ -50,17 +50,26 @@ def _render(root: Path, cfg: RunConfig | None) -> None:
               help="Run config YAML (default: the run's own run.yaml).")
 @click.option("--num-workers", type=int, default=None, help="Parallel bootstrap tasks (default: what Ray has).")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when the release audit is incomplete.")
+@click.option("--allow-incomplete", is_flag=True,
+              help="Analyze a grid with missing or failed cells (refused by default, naming them); every table then "
+                   "flags its short denominators (n_expected, n_present, short_denominator).")
 @click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
-def analyze(run_dir: str, config_path: str | None, num_workers: int | None, strict: bool, verbose: bool) -> None:
+def analyze(run_dir: str, config_path: str | None, num_workers: int | None, strict: bool, allow_incomplete: bool,
+            verbose: bool) -> None:
     """Compute the analysis tables (Ray bootstraps), then figures, the release audit and report.html."""
     _logging(verbose)
     root = _local_dir(run_dir)
     cfg = resolve_config(run_dir, config_path)
+    from raybench.analysis.completeness import IncompleteGridError
     from raybench.analysis.tables import analyze_run
     from raybench.ray_session import init_ray
 
     init_ray(cfg.resources)
-    tables = analyze_run(root, cfg.protocol, num_workers=num_workers, cohort_kind=cfg.cohort.kind)
+    try:
+        tables = analyze_run(root, cfg.protocol, num_workers=num_workers, cohort_kind=cfg.cohort.kind,
+                             allow_incomplete=allow_incomplete)
+    except IncompleteGridError as err:
+        raise click.ClickException(str(err)) from None
     click.echo(f"tables: {', '.join(sorted(tables))}")
     _render(root, cfg)
     _exit_on_audit(root, strict)

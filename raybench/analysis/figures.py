@@ -382,3 +382,13 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("atlas_dead_fraction", ("cells",), fig_dead_fraction_atlas,
                "Validation dead-latent fraction atlas (depth x E per model)."),
 )
+
+
+def _paper_figures() -> tuple[FigureSpec, ...]:
+    """The paper analyses' figures (own module, keeps this one short; it imports nothing from here at load)."""
+    from raybench.analysis.paper_figures import PAPER_FIGURES
+
+    return tuple(FigureSpec(*spec) for spec in PAPER_FIGURES)
+
+
+FIGURES += _paper_figures()

@@ -44,6 +44,7 @@ class Context:
     audit: dict[str, Any] | None
     claimed_tables: set[str] = field(default_factory=set)
     claimed_figures: set[str] = field(default_factory=set)
+    failures: dict[str, str] = field(default_factory=dict)  # failed secondary analysis -> reason
 
     @property
     def cohort_kind(self) -> str | None:
@@ -92,7 +93,8 @@ def render_report(root: str | Path) -> Path:
         if protocol is not None and layout.cells_table.exists():
             audit = release_audit(root, protocol).to_dict()
     figures = {p.stem: p for p in sorted(layout.figures_dir.glob("*.png"))}
-    ctx = Context(layout=layout, tables=load_tables(layout.tables_dir), figures=figures, run=run, audit=audit)
+    ctx = Context(layout=layout, tables=load_tables(layout.tables_dir), figures=figures, run=run, audit=audit,
+                  failures=_secondary_failures(root))
     parts, nav = [], []
     for section in [*SECTIONS, OTHER]:
         body = _render_section(section, ctx)
@@ -115,12 +117,16 @@ def _render_section(section: Section, ctx: Context) -> str | None:
     else:
         figs = [s for s in ctx.match_figures(section.figures) if s not in ctx.claimed_figures]
         tabs = [s for s in ctx.match_tables(section.tables) if s not in ctx.claimed_tables]
-    if (section.optional or section.id == OTHER.id) and not figs and not tabs:
+    failed = ctx.failures.get(section.id)
+    if (section.optional or section.id == OTHER.id) and not figs and not tabs and failed is None:
         return None
     ctx.claimed_figures.update(figs)
     ctx.claimed_tables.update(tabs)
     ctx.claimed_tables.update(t for t in section.claims if t in ctx.tables)
     out = [f"<p class='intro'>{section.intro}</p>"] if section.intro else []
+    if failed is not None:
+        out.append(f"<p class='badge bad'>This analysis failed in the last run ({html.escape(failed)}); its tables "
+                   "and figures were removed.</p>")
     absent = [t for t in section.needs if t not in ctx.tables or ctx.tables[t].empty]
     if section.body is not None and not absent:
         out.append(section.body(ctx))
@@ -173,6 +179,10 @@ def _kv_table(rows: list[tuple[str, Any]]) -> str:
 
 def _summary_body(ctx: Context) -> str:
     out = [_audit_badge(ctx.audit)]
+    if ctx.failures:
+        out.append(f"<p class='badge bad'>Secondary analyses failed ({len(ctx.failures)}):</p><ul>" + "".join(
+            f"<li><b>{html.escape(name)}</b>: {html.escape(reason)}</li>" for name, reason in ctx.failures.items())
+            + "</ul>")
     prof = ctx.tables.get("profiles")
     if prof is not None and not prof.empty:
         items = []
@@ -189,6 +199,9 @@ def _summary_body(ctx: Context) -> str:
         gate = int(ok.gate_pass.astype("boolean").fillna(False).astype(bool).sum()) if "gate_pass" in ok else 0
         out.append(f"<p>{len(cells)} cell rows ({len(ok)} ok); {gate} of the ok cells pass the validation "
                    f"fidelity gate (R² ≥ .90 and dead fraction &lt; .20).</p>")
+    from raybench.analysis.paper_report import gate_summary
+
+    out.append(gate_summary(ctx.tables))
     return "\n".join(out)
 
 
@@ -208,8 +221,10 @@ def _audit_body(ctx: Context) -> str:
         arm = audit.get(arm_name)
         if not arm:
             continue
-        out.append(f"<h3>{arm_name.capitalize()} arm: {arm['ok_cells']}/{arm['expected_cells']} cells ok, "
-                   f"{arm['complete_blocks']}/{arm['expected_blocks']} blocks complete</h3>")
+        counts = {k: html.escape(str(arm.get(k))) for k in ("ok_cells", "expected_cells", "complete_blocks",
+                                                             "expected_blocks")}
+        out.append(f"<h3>{arm_name.capitalize()} arm: {counts['ok_cells']}/{counts['expected_cells']} cells ok, "
+                   f"{counts['complete_blocks']}/{counts['expected_blocks']} blocks complete</h3>")
         if arm["missing"]:
             out.append(f"<p>Missing cells ({len(arm['missing'])}):</p><ul class='ids'>"
                        + "".join(f"<li><code>{html.escape(c)}</code></li>" for c in arm["missing"]) + "</ul>")
@@ -321,6 +336,16 @@ def _cells_body(ctx: Context) -> str:
             + _table_block("cells", cells[cols], f"All cells ({len(cells)} rows)"))
 
 
+def _secondary_failures(root: str | Path) -> dict[str, str]:
+    """Failed secondary analyses of the last run (tables/secondary_failures.json): analysis -> reason."""
+    from raybench.analysis.secondary.run import read_failures
+
+    try:
+        return {str(f.get("analysis")): str(f.get("reason", "")) for f in read_failures(root)}
+    except ValueError as err:
+        return {"secondary_failures.json": str(err)}
+
+
 def _version(pkg: str) -> str:
     if pkg == "python":
         return platform.python_version()
@@ -385,7 +410,8 @@ for _s in (
             figures=("calibration*",), tables=("calibration*",), optional=True),
     Section("harmonization", "Input harmonization",
             "Dense-coordinate accessibility and linear CKA under native, lead, temporal and joint harmonization.",
-            figures=("harmonization*",), tables=("harmonization*",), optional=True),
+            figures=("harmonization*",), optional=True,  # concept-level tests: section harmonization_concepts
+            tables=("harmonization", "harmonization_contrasts", "harmonization_rank", "harmonization_concepts")),
     Section("intervention", "Intervention selectivity",
             "SAE vs dense coordinates: matched target effect, off-target RMS and wrong-behavior index.",
             figures=("intervention*",), tables=("intervention*",), optional=True),
@@ -446,3 +472,6 @@ TEMPLATE = """<!DOCTYPE html>
 </body>
 </html>
 """
+
+
+from raybench.analysis import paper_report as _paper_report  # noqa: E402,F401 - registers the paper analyses' sections

@@ -1,4 +1,4 @@
-"""Statistics on bootstrap draws: CIs, ranks, paired p-values, BH, Kendall tau, arm comparison (DESIGN.md 8-9)."""
+"""Statistics on bootstrap draws (docs/protocol.md §8, §9.2): CIs, ranks, paired p, BH, Kendall tau, arm comparison."""
 
 from __future__ import annotations
 

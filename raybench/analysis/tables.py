@@ -3,7 +3,9 @@
 Every summary the paper reports (seed average, depth average, common-scale AUC over E) is linear in
 the cell-level metric, so each one is a weight matrix [cells, targets]; the bootstrap draws
 [draws, cells] are mapped through the same matrices, which keeps point values and intervals consistent.
-Only ok cells enter; grid points with no ok cell are listed in the `missing` table and logged.
+Only ok cells enter; grid points with no ok cell are listed in the `missing` table and logged. An
+incomplete grid is refused unless allow_incomplete, and then every table flags its short denominators
+(completeness.py). The paper analyses beyond these tables come from paper_run.py.
 """
 
 from __future__ import annotations
@@ -28,14 +30,16 @@ from raybench.analysis.bootstrap import (
     load_patient_stats,
     patient_bootstrap,
 )
-from raybench.analysis.metrics import auc_weights, reproducibility
+from raybench.analysis.completeness import AnalysisError, annotate_base, check_complete, grid_frame
+from raybench.analysis.metrics import auc_weights, reproducibility, trapezoid_auc
+from raybench.analysis.randomness import crossed_chunk_draws, pair_floor_seeds, write_randomness
 from raybench.config import Protocol
 from raybench.io import read_json, write_table
 from raybench.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
-# DESIGN.md section 10: published PTB-XL common-scale AUCs (the report's "paper" column).
+# docs/protocol.md §10.1: published PTB-XL common-scale AUCs (the report's "paper" column).
 PUBLISHED: dict[str, dict[str, float]] = {
     "reconstruction": {"hubert_ecg": .985, "ecg_jepa": .972, "csfm": .964, "ecg_fm": .940, "cardiac_fm": .936,
                        "st_mem": .916},
@@ -58,12 +62,10 @@ COLUMNS: dict[str, list[str]] = {
     "arm": ["model", "expansion", "metric", "primary", "sensitivity", "diff"],
     "missing": ["arm", "model", "q", "expansion", "seed", "cell_id", "reason"],
 }
+TABLE_COLUMNS = {k: v if k == "missing" else [*v, "n_expected", "n_present", "short_denominator"]
+                 for k, v in COLUMNS.items()}  # as written: completeness.DENOM_COLUMNS appended
 CELL_COLUMNS = ("cell_id", "model", "q", "arm", "expansion", "seed", "status", "val_r2", "val_dead_fraction",
                 "cell_dir")
-
-
-class AnalysisError(RuntimeError):
-    """The run folder cannot be analyzed; the message names the file and what to run first."""
 
 
 # ---------------------------------------------------------------- inputs
@@ -204,21 +206,24 @@ def _profile_weights(per_depth: dict, models: list[str]) -> tuple[np.ndarray, li
 
 
 @ray.remote(num_cpus=1)
-def _repro_task(paths: list[str], top: int, n_perm: int, seed: int) -> dict[str, float]:
+def _repro_task(paths: list[str], top: int, n_perm: int, seed: int,
+                pair_seeds: list[int] | None = None) -> dict[str, float]:
     decs = []
     for p in paths:
         with np.load(p, allow_pickle=False) as z:
             if "columns" not in z.files:
                 raise StatsError(f"{p}: no 'columns' array; expected columns [d, m] and indices [m]")
             decs.append(z["columns"])
-    return reproducibility(decs, top, n_perm, seed)
+    return reproducibility(decs, top, n_perm, seed, pair_seeds)
 
 
 def _repro_seed(base: int, model: str, q: float, e: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{base}:{model}:{q:g}:{e}".encode()).digest()[:8], "big")
 
 
-def _reproducibility(layout: RunLayout, ok: pd.DataFrame, protocol: Protocol, num_workers: int | None) -> pd.DataFrame:
+def _reproducibility(layout: RunLayout, ok: pd.DataFrame, protocol: Protocol,
+                     num_workers: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """-> (the reproducibility table, its values per seed pair: paper_analyses 'reproducibility_pairs')."""
     prim = ok[ok.arm == "primary"]
     jobs, keys = [], []
     for (m, q, e), sub in prim.groupby(["model", "q", "expansion"], sort=True):
@@ -232,13 +237,18 @@ def _reproducibility(layout: RunLayout, ok: pd.DataFrame, protocol: Protocol, nu
                 raise StatsError(f"{path}: missing; rerun the SAE stage for this cell")
             paths.append(str(path))
         seed = _repro_seed(protocol.inference.seed, m, q, e)
-        jobs.append(lambda p=paths, s=seed: _repro_task.remote(p, protocol.eval.repro_top,
-                                                               protocol.eval.repro_permutations, s))
-        keys.append((m, q, e))
+        pair_seeds = pair_floor_seeds(protocol.inference.stream, m, int(sub.layer.iloc[0]), q, int(e), "primary",
+                                      [int(s) for s in sub.seed])  # published stream: one generator per seed pair
+        jobs.append(lambda p=paths, s=seed, ps=pair_seeds: _repro_task.remote(
+            p, protocol.eval.repro_top, protocol.eval.repro_permutations, s, ps))
+        keys.append((m, q, e, sorted(int(s) for s in sub.seed)))
     results = _run_bounded(jobs, num_workers)
     rows = [{"model": m, "q": q, "expansion": int(e), **{k: r[k] for k in COLUMNS["reproducibility"][3:]}}
-            for (m, q, e), r in zip(keys, results, strict=True)]
-    return pd.DataFrame(rows, columns=COLUMNS["reproducibility"])
+            for (m, q, e, _), r in zip(keys, results, strict=True)]
+    pairs = [(m, q, int(e), ss[i], ss[j], mc, rf, mc - rf, ov)
+             for (m, q, e, ss), r in zip(keys, results, strict=True) for i, j, mc, rf, ov in r["pairs"]]
+    return pd.DataFrame(rows, columns=COLUMNS["reproducibility"]), pd.DataFrame(pairs, columns=[
+        "model", "q", "expansion", "seed_a", "seed_b", "matched_cosine", "random_floor", "excess", "subspace_overlap"])
 
 
 # ---------------------------------------------------------------- concept family
@@ -257,8 +267,12 @@ def _family(name: str) -> str:
 
 
 def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, cohort_kind: str | None = None,
-                write: bool = True, cells_per_block: int = 64) -> dict[str, pd.DataFrame]:
+                write: bool = True, cells_per_block: int = 64,
+                allow_incomplete: bool = False) -> dict[str, pd.DataFrame]:
     """Analyze a finished run folder; write every table under tables/ (parquet + csv) and return them.
+
+    An incomplete grid (missing or failed cells) raises IncompleteGridError naming the cells, unless
+    allow_incomplete: then every table flags its short denominators (completeness.py).
 
     cohort_kind: "ptbxl" fills the profiles' `published` column; None reads it from run.yaml.
     num_workers caps concurrent Ray tasks (results do not depend on it).
@@ -271,6 +285,9 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     cohort_kind = cohort_kind or _cohort_kind(layout)
     cells = _read_cells(layout)
     ok, missing = _select_ok(cells, protocol)
+    if write and not missing.empty:
+        write_table(layout.tables_dir / "missing.parquet", missing)
+    check_complete(missing, len(_expected(protocol)), allow_incomplete)
     for row in missing.itertuples(index=False):
         log.warning("analysis skips %s %s q=%g E=%d seed=%d: %s", row.arm, row.model, row.q, row.expansion,
                     row.seed, row.reason)
@@ -278,12 +295,13 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     stats = load_patient_stats([layout.root / str(c) / "patient_stats.npz" for c in ok.cell_dir], list(ok.cell_id),
                                len(concepts), ev.coverage_threshold, cells_per_block=cells_per_block, put=True,
                                dtype=np.dtype(inf.gemm_dtype).type)
-    draws = patient_bootstrap(stats, inf.patient_draws, inf.seed, inf.chunk_draws, num_workers)  # [D, cells, 3]
+    draws = patient_bootstrap(stats, inf.patient_draws, inf.seed, inf.chunk_draws, num_workers,
+                              stream=inf.stream)  # [D, cells, 3]
     point = stats.point  # [cells, 3]
 
     models = [m for m in grid.models if m in set(ok.model)]
     expansions = [int(e) for e in grid.expansions]
-    depths = [_q(q) for q in grid.depths]
+    depths = sorted(_q(q) for q in grid.depths)  # ascending: the crossed bootstrap's unit order
     lo_p, hi_p = inf.ci_low, inf.ci_high
     out: dict[str, pd.DataFrame] = {}
 
@@ -330,25 +348,27 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     out["rank_stability"] = rs[COLUMNS["rank_stability"]]
 
     # crossed bootstrap over depth units x seeds of the cell-level AUC
-    aw = dict(zip(expansions, auc_weights(expansions), strict=True))
     prim = ok[ok.arm == "primary"].assign(_i=lambda d: d.index)
-    seeds = [int(s) for s in grid.seeds]
-    crossed_rows = []
+    seeds = sorted(int(s) for s in grid.seeds)
+    crossed_rows, crossed_store = [], {}
     for k, metric in enumerate(METRIC_NAMES):
         vals = np.full((len(models), len(depths), len(seeds)), np.nan)
         for (m, q, s), sub in prim.groupby(["model", "q", "seed"], sort=True):
-            if set(sub.expansion) == set(expansions):
+            if set(sub.expansion) == set(expansions):  # the published arithmetic (ties of quantized metrics)
+                row_of = dict(zip(sub.expansion, sub._i, strict=True))
                 vals[models.index(m), depths.index(q), seeds.index(s)] = float(
-                    sum(point[i, k] * aw[e] for i, e in zip(sub._i, sub.expansion, strict=True)))
+                    trapezoid_auc(point[[row_of[e] for e in expansions], k], expansions))
         have = np.flatnonzero(np.isfinite(vals).any(axis=(1, 2)))
         if have.size == 0:
             continue
         vals = vals[have]
-        cdraws = crossed_bootstrap(vals, inf.crossed_draws, inf.seed, max(1, inf.crossed_draws // 4), num_workers)
+        cdraws = crossed_bootstrap(vals, inf.crossed_draws, inf.seed, crossed_chunk_draws(inf.crossed_draws),
+                                   num_workers, stream=inf.stream)
         cpoint = crossed_values(vals, np.ones((1, len(depths))), np.ones((1, len(seeds))))[0]
         lo, hi = st.percentile_ci(cdraws, lo_p, hi_p)
         r1 = st.rank1_prob(cdraws)
         crossed_rows += [(models[j], metric, cpoint[i], lo[i], hi[i], r1[i]) for i, j in enumerate(have)]
+        crossed_store[metric] = ([models[j] for j in have], cdraws, cpoint)
     out["crossed"] = pd.DataFrame(crossed_rows, columns=COLUMNS["crossed"])
 
     # depth x scale table (seed-averaged cell values), sensitivity factors, arm comparison
@@ -393,7 +413,9 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
         out["arm"] = pd.DataFrame(columns=COLUMNS["arm"])
     out["sensitivity"] = pd.DataFrame(sens_rows, columns=COLUMNS["sensitivity"])
 
-    out["reproducibility"] = _reproducibility(layout, ok, protocol, num_workers)
+    out["reproducibility"], repro_pairs = _reproducibility(layout, ok, protocol, num_workers)
+    if write:  # seeds, streams and index files of every random draw above (randomness/)
+        write_randomness(layout.root, protocol, ok, stats, depths, seeds)
 
     # per-concept common-scale AUC of |r_test| (depth + seed averaged, same weights as the profiles)
     conc = np.abs(stats.point_r).T @ w_prof  # [C, M]
@@ -403,8 +425,15 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
         columns=COLUMNS["concepts"])
     out["missing"] = missing
 
+    from raybench.analysis.paper_run import paper_tables
+
+    keys = grid_frame(_expected(protocol), ok)
+    sq = None if grid.sensitivity_depth is None else _q(grid.sensitivity_depth)
+    out = {name: annotate_base(name, df[COLUMNS[name]], keys, sq)[TABLE_COLUMNS[name]] for name, df in out.items()}
+    out.update(paper_tables(layout, protocol, ok, point, keys, crossed_store, repro_pairs, models, cohort_kind,
+                            num_workers))
     for name, df in out.items():
-        df = df[COLUMNS[name]].reset_index(drop=True)
+        df = df.reset_index(drop=True)
         out[name] = df
         if write:
             write_table(layout.tables_dir / f"{name}.parquet", df)
