@@ -131,7 +131,8 @@ def test_a_rerun_trains_deleted_cells_and_stacks_the_restored_experiment_never_h
     assert layout.cell_dir(gone).exists() and _mtimes(layout, kept) == kept
 
 
-def test_trial_checkpoints_hold_no_pickle_and_resume_exactly(tmp_path):
+@pytest.mark.parametrize("sampler,grad_clip", [("epoch", None), ("per_step", 0.05)])
+def test_trial_checkpoints_hold_no_pickle_and_resume_exactly(tmp_path, sampler, grad_clip):
     """In-trial checkpoints are safetensors + JSON (nothing unpickled on resume) and resume bit-identically."""
     import json
 
@@ -145,7 +146,8 @@ def test_trial_checkpoints_hold_no_pickle_and_resume_exactly(tmp_path):
     rng = np.random.default_rng(0)
     x = (rng.normal(size=(600, 16)) * rng.uniform(0.5, 3.0, size=16)).astype(np.float32)
     cfgs = [SAECellConfig(d=16, n_latents=64, k=3, seed=s, steps=20, batch_size=32, lr=3e-3, beta1=0.9, beta2=0.99,
-                          aux_k=8, aux_coef=1 / 32, dead_after_batches=3) for s in (31, 32)]
+                          aux_k=8, aux_coef=1 / 32, dead_after_batches=3, sampler=sampler, grad_clip=grad_clip)
+            for s in (31, 32)]
     full = train_stack(x, cfgs)
     saved = {}
 
@@ -168,6 +170,8 @@ def test_trial_checkpoints_hold_no_pickle_and_resume_exactly(tmp_path):
     resumed = train_stack(x, cfgs, state=st)
     np.testing.assert_array_equal(resumed.loss_mse, full.loss_mse)
     np.testing.assert_array_equal(resumed.loss_aux, full.loss_aux)
+    if grad_clip is not None:
+        np.testing.assert_array_equal(resumed.grad_norm, full.grad_norm)
     for name in ("W_enc", "b_enc", "W_dec_t", "b_dec"):
         assert torch.equal(getattr(resumed.sae, name), getattr(full.sae, name))
 

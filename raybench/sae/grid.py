@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from raybench.config import Protocol, RunConfig, from_dict, to_dict
+from raybench.errors import RaybenchError
 from raybench.io import write_json, write_table
 from raybench.paths import RunLayout
 from raybench.privacy import failure_text, is_credentialed
@@ -344,7 +345,7 @@ def load_trial_state(folder: str | os.PathLike) -> dict | None:
     return dec(meta["state"])
 
 
-class UntrustedTuneState(RuntimeError):
+class UntrustedTuneState(RaybenchError, RuntimeError):
     """A Tune experiment folder that raybench did not create (no owner stamp): restoring it would unpickle it."""
 
 
