@@ -22,7 +22,9 @@ import numpy as np
 import ray
 
 from raybench.analysis import bootstrap as bs
-from raybench.analysis.metrics import patient_sums
+from raybench.analysis.packed_stats import pack_patient_stats
+from raybench.analysis.streams import patient_counts
+from raybench.sufficient_stats import patient_stats
 
 # ---------------------------------------------------------------- memory (PSS of our process tree)
 
@@ -124,7 +126,7 @@ class Synthetic:
 
     def stats(self, c: int) -> dict[str, np.ndarray]:
         a, err, dev = self.cell(c)
-        return patient_sums(self.patient, self.n_patients, a, self.y, err, dev)
+        return patient_stats(self.patient, self.n_patients, a, self.y, err, dev)
 
 
 def naive_draw(data: Synthetic, cells: list[tuple[np.ndarray, np.ndarray, np.ndarray]], counts: np.ndarray,
@@ -185,7 +187,7 @@ def main() -> None:
 
     with PeakMemory() as mem:
         t0 = time.perf_counter()
-        stats = bs.pack_patient_stats(items(), ids,
+        stats = pack_patient_stats(items(), ids,
                                       args.concepts, args.threshold, args.cells_per_block, put=True,
                                       dtype=np.dtype(args.dtype).type)
         t_pack = time.perf_counter() - t0
@@ -204,7 +206,7 @@ def main() -> None:
           f"{(mem.peak - base) / 2**30:.2f} GiB above the idle Ray baseline ({base / 2**30:.2f} GiB)")
 
     cells = [data.cell(c) for c in range(args.cells)]
-    counts = bs.patient_counts(1234, args.draws, args.chunk_draws, args.patients, 0)[:args.naive_draws]
+    counts = patient_counts(1234, args.draws, args.chunk_draws, args.patients, 0)[:args.naive_draws]
     t0, c0 = time.perf_counter(), time.process_time()
     naive = np.stack([naive_draw(data, cells, row, args.threshold) for row in counts])
     t_naive = (time.perf_counter() - t0) / args.naive_draws

@@ -17,7 +17,8 @@ import torch
 
 from raybench.config import SAEProtocol
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
-from raybench.sae.train import _Stepper, train_stack
+from raybench.sae.step import Stepper
+from raybench.sae.train import train_stack
 
 D, K, B = 768, 96, 256
 
@@ -37,7 +38,7 @@ def _cfgs(e: int, s: int, steps: int) -> list[SAECellConfig]:
 def steps_per_s(x: torch.Tensor, e: int, s: int, impl: str, n_steps: int, warm: int) -> tuple[float, int]:
     cfgs = _cfgs(e, s, n_steps)
     sae = StackedBatchTopKSAE.from_seeds([c.seed for c in cfgs], D, e * D, K)
-    stepper = _Stepper(sae, cfgs, impl)
+    stepper = Stepper(sae, cfgs, impl)
     rng = np.random.default_rng(1)
     batches = [torch.from_numpy(rng.integers(0, x.shape[0], size=(s, B))) for _ in range(warm + n_steps)]
     for i in range(warm):  # past step dead_after_batches, so AuxK entries are in the timed steps

@@ -12,7 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from raybench.cohorts.manifest import build_synth_manifest, load_manifest
+from raybench.cohorts.manifest import load_manifest
+from raybench.cohorts.ptbxl import build_synth_manifest
 from raybench.cohorts.synth import generate_synth_cohort
 
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from raybench.atomic import read_json, write_json, write_text
 from raybench.config import ConfigError, RunConfig, dump_run_config, from_dict, load_run_config
-from raybench.io import read_json, write_json, write_text
 from raybench.paths import RunLayout
 
 if TYPE_CHECKING:
@@ -82,7 +82,8 @@ def _manifest_complete(cfg: RunConfig) -> bool:
 
 
 def _manifest_run(cfg: RunConfig, remote: str | None = None) -> str:
-    from raybench.cohorts.manifest import build_ptbxl_manifest, load_manifest
+    from raybench.cohorts.manifest import load_manifest
+    from raybench.cohorts.ptbxl import build_ptbxl_manifest
 
     layout = RunLayout.at(cfg.run_dir)
     if cfg.cohort.kind == "mimic":
@@ -112,9 +113,9 @@ def encoder_spec(cfg: RunConfig, model: str) -> EncoderSpec:
 def _encode_complete(cfg: RunConfig) -> bool:
     """Every audited store matches the *current* manifest hash and encoder fingerprint (not its own index)."""
     from raybench.cohorts.manifest import ManifestError, load_manifest
+    from raybench.config import audited_layers
     from raybench.encoders.base import build_encoder
     from raybench.encoders.store import ActivationStore
-    from raybench.sae.cells import audited_layers
 
     layout = RunLayout.at(cfg.run_dir)
     if not layout.manifest.exists():
@@ -135,9 +136,9 @@ def _encode_complete(cfg: RunConfig) -> bool:
 
 
 def _encode_run(cfg: RunConfig, remote: str | None = None) -> str:
+    from raybench.config import audited_layers
     from raybench.encoders.base import build_encoder
     from raybench.encoders.extract import extract_activations
-    from raybench.sae.cells import audited_layers
 
     layout = RunLayout.at(cfg.run_dir)
     enc = cfg.encoders
@@ -160,12 +161,13 @@ def _train_complete(cfg: RunConfig) -> bool:
             and set(table["config_hash"]) == {cfg.config_hash()}):
         return False
     # the table may predate new activation stores or hand-copied cells: every cell must match them itself
+    from raybench.encoders.store import ActivationStore, StoreError
     from raybench.sae.cells import build_cells
-    from raybench.sae.grid import cell_complete, expected_provenance, model_dims_from_store
+    from raybench.sae.provenance import cell_complete, expected_provenance
 
     try:
-        cells = build_cells(cfg.protocol, model_dims_from_store(layout.root, cfg.protocol.grid.models))
-    except (FileNotFoundError, KeyError):
+        cells = build_cells(cfg.protocol, ActivationStore.for_run(layout.root).model_dims(cfg.protocol.grid.models))
+    except (StoreError, KeyError):
         return False
     expect = expected_provenance(layout.root, cfg.config_hash(), cells)
     return set(table["cell_id"]) == {c.cell_id for c in cells} and all(
@@ -188,23 +190,14 @@ def _analyze_complete(cfg: RunConfig) -> bool:
 
 
 def _analyze_run(cfg: RunConfig, remote: str | None = None, allow_incomplete: bool = False) -> str:
-    from raybench.analysis.audit import release_audit
+    """The analyze stage, exactly as `raybench analyze` runs it (raybench.analysis.stage.run_analyze_stage)."""
     from raybench.analysis.completeness import IncompleteGridError
-    from raybench.analysis.figures import make_figures
-    from raybench.analysis.report import render_report
-    from raybench.analysis.secondary import run_secondary
-    from raybench.analysis.tables import analyze_run
+    from raybench.analysis.stage import run_analyze_stage
 
-    layout = RunLayout.at(cfg.run_dir)
     try:
-        tables = analyze_run(layout.root, cfg.protocol, cohort_kind=cfg.cohort.kind, allow_incomplete=allow_incomplete)
+        return run_analyze_stage(cfg, allow_incomplete=allow_incomplete).summary()
     except IncompleteGridError as err:
         raise click.ClickException(str(err)) from None
-    secondary = run_secondary(layout.root, cfg.protocol, cfg)
-    figures = make_figures(layout.root)
-    audit = release_audit(layout.root, cfg.protocol)
-    render_report(layout.root)
-    return f"{len(tables) + len(secondary)} tables, {len(figures)} figures; audit: {audit.summary}"
 
 
 STAGES = [

@@ -6,43 +6,28 @@ so every node of a multi-node cluster shares one place without any stage speakin
 Completion markers (`index.json`, `metrics.json`, `report.html`) are uploaded last, so a half-synced
 folder never looks complete. The S3 endpoint follows the usual AWS variables (AWS_ENDPOINT_URL, ...).
 
-The run prefix carries a stamp (`.raybench-run.json`, written when the prefix is first used); the mirror
-records which stamp it belongs to in `.raybench-sync.json`, with the ETag/size/mtime/MD5 of each file as
-last synced, so re-written files of equal size are noticed in both directions, and a mirror left over
-from a deleted (or re-created) prefix is wiped instead of resurrecting old results. Keys that would
-land outside the mirror (`..`, empty or absolute parts) are skipped with a warning. Downloads go to a
-unique temp file, are checked (size, MD5 where the ETag is one) and renamed into place atomically.
+What the mirror knows about the prefix (its stamp, and the ETag/size/mtime/MD5 of each file as last
+synced) is raybench.mirror_state; with it re-written files of equal size are noticed in both directions
+and a mirror of a deleted (or re-created) prefix is wiped first. Keys that would land outside the mirror
+(`..`, empty or absolute parts) are skipped with a warning. Downloads go to a unique temp file, are checked
+(size, MD5 where the ETag is one) and renamed into place atomically.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 import os
-import re
 import shutil
-import time
 import uuid
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, NamedTuple
 
-from raybench.errors import RaybenchError
+from raybench.mirror_state import LocalFile, StorageError, is_md5, save_entries, tie
 
 MARKERS = ("index.json", "metrics.json", "summary.json", "report.html")
-STAMP = ".raybench-run.json"  # in the run prefix: which incarnation of the run this is
-_STATE = ".raybench-sync.json"  # in the mirror: the stamp it belongs to + what was synced (key -> etag, ...)
-_LOCK = ".raybench-sync.lock"  # in the mirror: serialises state updates of trials/nodes sharing it
-_MD5 = re.compile(r"[0-9a-f]{32}")
-_RACY_NS = 2_000_000_000  # a recorded MD5 is trusted for an unchanged stat only if the file was older than this then
 
 log = logging.getLogger(__name__)
-
-
-class StorageError(RaybenchError, RuntimeError):
-    """An output location cannot be used; the message names it and the fix."""
 
 
 def is_remote(uri: str | os.PathLike) -> bool:
@@ -58,8 +43,17 @@ def _fs(uri: str):
     return fs, path.rstrip("/")
 
 
-def arrow_filesystem(uri: str):
-    """(pyarrow filesystem, path inside it) for a remote URI, e.g. Ray Tune's `storage_filesystem`.
+class ArrowLocation(NamedTuple):
+    """A remote URI as pyarrow sees it."""
+
+    fs: Any
+    """The pyarrow filesystem (pyarrow.fs.FileSystem)."""
+    path: str
+    """The path inside it, without a trailing slash."""
+
+
+def arrow_filesystem(uri: str) -> ArrowLocation:
+    """The pyarrow filesystem and path of a remote URI, e.g. for Ray Tune's `storage_filesystem`.
 
     pyarrow's S3FileSystem ignores AWS_ENDPOINT_URL(_S3), so an S3-compatible endpoint (MinIO, moto,
     ...) is passed explicitly. `allow_delayed_open` sends small objects in one PUT instead of a
@@ -72,9 +66,10 @@ def arrow_filesystem(uri: str):
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if scheme in ("s3", "s3a") and endpoint:
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return pafs.S3FileSystem(endpoint_override=endpoint, region=region, allow_delayed_open=True), rest.rstrip("/")
+        return ArrowLocation(pafs.S3FileSystem(endpoint_override=endpoint, region=region, allow_delayed_open=True),
+                             rest.rstrip("/"))
     fs, path = pafs.FileSystem.from_uri(str(uri))
-    return fs, path.rstrip("/")
+    return ArrowLocation(fs, path.rstrip("/"))
 
 
 def local_mirror(uri: str | os.PathLike) -> Path:
@@ -90,120 +85,11 @@ def _files(local: Path) -> list[Path]:
     return sorted(files, key=lambda p: (p.name in MARKERS, str(p)))  # markers last
 
 
-# ---------------------------------------------------------------- mirror state (stamp + what was synced)
-
-@contextlib.contextmanager
-def _locked(local: Path) -> Iterator[None]:
-    """Exclusive lock on the mirror's state (processes and threads alike: one open file each)."""
-    local.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        fcntl = None
-    with open(local / _LOCK, "a+b") as fh:
-        if fcntl:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _read_state(local: Path) -> dict:
-    try:
-        state = json.loads((local / _STATE).read_text())
-        if isinstance(state, dict) and isinstance(state.get("files"), dict):
-            return state
-    except (OSError, ValueError):
-        pass
-    return {"stamp": None, "files": {}}
-
-
-def _write_state(local: Path, state: dict) -> None:
-    tmp = local / f"{_STATE}.{os.getpid()}.{uuid.uuid4().hex[:12]}.part"
-    tmp.write_text(json.dumps(state, sort_keys=True))
-    os.replace(tmp, local / _STATE)
-
-
-def _save_entries(local: Path, stamp: str, updates: dict[str, dict]) -> None:
-    """Merge what this sync transferred into the mirror state (re-read under the lock: others write too)."""
-    if not updates:
-        return
-    with _locked(local):
-        state = _read_state(local)
-        if state.get("stamp") != stamp:  # re-tied to another incarnation meanwhile: these entries are moot
-            return
-        state["files"].update(updates)
-        _write_state(local, state)
-
-
-def _has_content(local: Path) -> bool:
-    return local.is_dir() and any(p.name not in (_LOCK, _STATE) for p in local.iterdir())
-
-
-def _wipe(local: Path) -> None:
-    for p in local.iterdir():
-        if p.name == _LOCK:
-            continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-
-
-def _read_stamp(fs, root: str) -> str | None:
-    try:
-        return fs.cat_file(f"{root}/{STAMP}").decode("utf-8", "replace").strip()
-    except FileNotFoundError:
-        return None
-
-
-def _create_stamp(fs, root: str) -> str:
-    text = json.dumps({"run_stamp": uuid.uuid4().hex, "created": datetime.now(UTC).isoformat(timespec="seconds")})
-    fs.pipe_file(f"{root}/{STAMP}", text.encode())
-    return _read_stamp(fs, root) or text  # another node may have written its stamp just now: adopt that one
-
-
-def _tie(fs, root: str, uri: str, local: Path, *, may_wipe: bool) -> dict:
-    """Tie the mirror to the run prefix's stamp (creating the stamp on a new prefix); returns mirror state.
-
-    A mirror holding files of another incarnation (the prefix was deleted or re-created since) is wiped
-    before a download (`may_wipe`), so deleted results do not come back; an upload from it is refused.
-    """
-    with _locked(local):
-        state = _read_state(local)
-        remote = _read_stamp(fs, root)
-        recorded = state.get("stamp")
-        if remote is not None and remote == recorded:
-            return state
-        if recorded is not None or (may_wipe and _has_content(local)):
-            if not may_wipe:
-                raise StorageError(f"the mirror {local} belongs to an earlier run at {uri} (the prefix was deleted or "
-                                   "re-created since); sync it down first, which starts it over")
-            log.warning("run prefix %s %s: wiping the local mirror %s (old results must not come back)", uri,
-                        "has no stamp" if remote is None else "has another stamp than the mirror", local)
-            _wipe(local)
-            state = {"stamp": None, "files": {}}
-        # else: a folder never synced with a stamp is uploaded as it is (it becomes this run's mirror)
-        state["stamp"] = remote if remote is not None else _create_stamp(fs, root)
-        _write_state(local, state)
-        return state
-
-
 # ---------------------------------------------------------------- helpers for both directions
 
 def _etag(info: dict) -> str | None:
     tag = info.get("ETag") or info.get("etag")
     return str(tag).strip('"').lower() if tag else None
-
-
-def _md5(path: Path) -> str:
-    h = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _listing(fs, prefix: str) -> dict[str, dict]:
@@ -227,45 +113,6 @@ def _inside(base: Path, rel: str) -> Path | None:
     return dest if resolved != base and resolved.is_relative_to(base) else None
 
 
-class _LocalFile:
-    """A local file against its sync record: MD5 computed at most once, taken from the record when safe.
-
-    The recorded MD5 stands for the file while size, mtime and inode are unchanged, unless the file was
-    written within `_RACY_NS` of being recorded (a rewrite right after could keep the same coarse mtime;
-    such a file is hashed again, as git does with racily clean index entries).
-    """
-
-    def __init__(self, path: Path, entry: dict | None, st: os.stat_result | None = None, seen_ns: int | None = None):
-        self.path, self.entry = path, entry
-        self.seen_ns = time.time_ns() if seen_ns is None else seen_ns  # before stat and hash
-        self.st = path.stat() if st is None else st
-        self.hashed = False
-        self._md5: str | None = None
-
-    def md5(self) -> str:
-        if self._md5 is None:
-            e, st = self.entry or {}, self.st
-            same_stat = (e.get("size"), e.get("mtime_ns"), e.get("ino")) == (st.st_size, st.st_mtime_ns, st.st_ino)
-            if e.get("md5") and same_stat and st.st_mtime_ns < e.get("seen_ns", 0) - _RACY_NS:
-                self._md5 = e["md5"]
-            else:
-                self._md5, self.hashed = _md5(self.path), True
-        return self._md5
-
-    def as_synced(self) -> bool:
-        """The content is what it was at the last sync."""
-        e = self.entry
-        return e is not None and e.get("size") == self.st.st_size and self.md5() == e.get("md5")
-
-    def matches(self, etag: str | None, size: int | None) -> bool:
-        """The content is the object's (a single-part ETag is the MD5 of the object)."""
-        return size == self.st.st_size and bool(etag) and _MD5.fullmatch(etag) is not None and self.md5() == etag
-
-    def record(self, etag: str | None) -> dict:
-        return {"etag": etag, "md5": self.md5(), "size": self.st.st_size, "mtime_ns": self.st.st_mtime_ns,
-                "ino": self.st.st_ino, "seen_ns": self.seen_ns}
-
-
 # ---------------------------------------------------------------- the two directions
 
 def sync_up(local: Path, uri: str, sub: str = "") -> int:
@@ -282,7 +129,7 @@ def sync_up(local: Path, uri: str, sub: str = "") -> int:
     if not src.exists():
         return 0
     fs, root = _fs(uri)
-    state = _tie(fs, root, uri, local, may_wipe=False)
+    state = tie(fs, root, uri, local, may_wipe=False)
     remote = _listing(fs, f"{root}/{sub}".rstrip("/"))
     known, updates = state["files"], {}
     sent = 0
@@ -290,7 +137,7 @@ def sync_up(local: Path, uri: str, sub: str = "") -> int:
         for path in _files(src) if src.is_dir() else [src]:
             rel = path.relative_to(local).as_posix()
             dest = f"{root}/{rel}"
-            lf, info = _LocalFile(path, known.get(rel)), remote.get(dest)
+            lf, info = LocalFile(path, known.get(rel)), remote.get(dest)
             if info is not None:
                 etag = _etag(info)
                 if lf.as_synced():
@@ -310,7 +157,7 @@ def sync_up(local: Path, uri: str, sub: str = "") -> int:
             updates[rel] = lf.record(_etag(fs.info(dest)))
             sent += 1
     finally:
-        _save_entries(local, state["stamp"], updates)
+        save_entries(local, state["stamp"], updates)
     return sent
 
 
@@ -321,8 +168,8 @@ def _download(fs, path: str, dest: Path, etag: str | None, size: int | None) -> 
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.part")
         try:
             fs.get_file(path, str(tmp))
-            lf = _LocalFile(tmp, None)
-            md5_differs = _MD5.fullmatch(etag or "") is not None and lf.md5() != etag
+            lf = LocalFile(tmp, None)
+            md5_differs = is_md5(etag) and lf.md5() != etag
             if lf.st.st_size == size and md5_differs and attempt == 2:
                 log.warning("%s: MD5 %s differs from its ETag %s twice (an ETag that is no MD5, e.g. SSE-KMS?); "
                             "keeping the download", path, lf.md5(), etag)
@@ -352,7 +199,7 @@ def sync_down(uri: str, local: Path, sub: str = "", skipped: list[str] | None = 
         return 0
     local = Path(local)
     fs, root = _fs(uri)
-    state = _tie(fs, root, uri, local, may_wipe=True)
+    state = tie(fs, root, uri, local, may_wipe=True)
     remote = _listing(fs, f"{root}/{sub}".rstrip("/"))
     base = local.resolve()
     known, updates = state["files"], {}
@@ -373,7 +220,7 @@ def sync_down(uri: str, local: Path, sub: str = "", skipped: list[str] | None = 
             info = remote[path]
             etag, size = _etag(info), info.get("size")
             if dest.is_file():
-                lf = _LocalFile(dest, known.get(rel))
+                lf = LocalFile(dest, known.get(rel))
                 synced = lf.as_synced()
                 if (synced and lf.entry.get("etag") == etag) or lf.matches(etag, size):
                     if lf.hashed or (lf.entry or {}).get("etag") != etag:
@@ -384,7 +231,7 @@ def sync_down(uri: str, local: Path, sub: str = "", skipped: list[str] | None = 
             updates[rel] = _download(fs, path, dest, etag, size)
             got += 1
     finally:
-        _save_entries(local, state["stamp"], updates)
+        save_entries(local, state["stamp"], updates)
     return got
 
 

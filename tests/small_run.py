@@ -25,9 +25,9 @@ def build_encoded_run(cfg: RunConfig) -> RunConfig:
     """Cohort, manifest and activation stores for every model of cfg (reuses what exists)."""
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.config import audited_layers
     from raybench.encoders.base import EncoderSpec, build_encoder
     from raybench.encoders.extract import extract_activations
-    from raybench.sae.cells import audited_layers
 
     layout = RunLayout.at(cfg.run_dir)
     if not (layout.cohort_dir / "ptbxl_database.csv").exists():

@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 
 from raybench.cohorts import manifest as M
+from raybench.cohorts.ptbxl import build_ptbxl_manifest
+from raybench.cohorts.record_checks import check_record
 from raybench.cohorts.synth import generate_synth_cohort
 from raybench.cohorts.waveforms import RecordError, read_record
 
@@ -51,7 +53,7 @@ def _db(root: Path) -> pd.DataFrame:
 
 
 def _build(root: Path, out: Path, **kw) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    path = M.build_ptbxl_manifest(root, out, **kw)
+    path = build_ptbxl_manifest(root, out, **kw)
     df, _ = M.load_manifest(path)
     quarantine = pd.read_csv(out / "quarantine.csv").set_index("ecg_id")
     return df, quarantine, json.loads((out / "summary.json").read_text())
@@ -128,7 +130,7 @@ def test_wfdb_agrees_with_the_fast_checks(root):
     with pytest.raises(RecordError) as err:
         read_record(root, "records500/00000/00005_hr", 500, 5000)
     assert err.value.reason == "nan_lead"
-    assert M.check_record(root, "records500/00000/00005_hr", 500, 5000).reason == "nan_lead"
+    assert check_record(root, "records500/00000/00005_hr", 500, 5000).reason == "nan_lead"
     with pytest.raises(RecordError) as err:
         read_record(root, "../x", 500, 5000)
     assert err.value.reason == "path_escapes_root"
@@ -164,10 +166,10 @@ def test_header_files_outside_the_data_root_are_refused_on_every_path(root, tmp_
             read_record(root, rel(eid), 500, 5000)
         assert err.value.reason == "path_escapes_root", (eid, err.value)
         assert rel(eid) in str(err.value) and "outside the data root" in str(err.value)
-        check = M.check_record(root, rel(eid), 500, 5000)
+        check = check_record(root, rel(eid), 500, 5000)
         assert (check.ok, check.reason) == (False, "path_escapes_root"), (eid, check)
     assert read_record(root, rel(7), 500, 5000).signal.shape == (12, 5000)  # a plain record still reads
-    assert M.check_record(root, rel(7), 500, 5000).ok
+    assert check_record(root, rel(7), 500, 5000).ok
 
 
 def test_other_wfdb_formats_use_the_general_reader(root):
@@ -181,18 +183,18 @@ def test_other_wfdb_formats_use_the_general_reader(root):
                                                                  "V3", "V4", "V5", "V6"],
                 p_signal=rec.signal.T.astype(np.float64), fmt=["212"] * 12, adc_gain=[200.0] * 12,
                 baseline=[0] * 12, write_dir=str(folder))
-    assert M.check_record(root, "records500/00000/00001_hr", 500, 5000).ok
+    assert check_record(root, "records500/00000/00001_hr", 500, 5000).ok
     flat = rec.signal.T.astype(np.float64).copy()
     flat[:, 4] = 0.0
     wfdb.wrsamp("00001_hr", fs=500, units=["mV"] * 12, sig_name=["I", "II", "III", "AVR", "AVL", "AVF", "V1", "V2",
                                                                  "V3", "V4", "V5", "V6"],
                 p_signal=flat, fmt=["212"] * 12, adc_gain=[200.0] * 12, baseline=[0] * 12, write_dir=str(folder))
-    assert M.check_record(root, "records500/00000/00001_hr", 500, 5000).reason == "flat_lead"
+    assert check_record(root, "records500/00000/00001_hr", 500, 5000).reason == "flat_lead"
 
 
 def _assert_table_error(root: Path, out: Path, match: str, **kw) -> None:
     with pytest.raises(M.ManifestError, match=match):
-        M.build_ptbxl_manifest(root, out, **kw)
+        build_ptbxl_manifest(root, out, **kw)
     assert not (out / "manifest.parquet").exists()
 
 
@@ -274,11 +276,11 @@ def test_feature_table_problems_are_errors(root, tmp_path, mutate, match):
 
 def test_a_failed_rebuild_keeps_the_previous_manifest(root, tmp_path):
     out = tmp_path / "m"
-    _, info = M.load_manifest(M.build_ptbxl_manifest(root, out))
+    _, info = M.load_manifest(build_ptbxl_manifest(root, out))
     db = _db(root)
     pd.concat([db, db.iloc[[0]]]).to_csv(root / "ptbxl_database.csv", index=False)
     with pytest.raises(M.ManifestError):
-        M.build_ptbxl_manifest(root, out)
+        build_ptbxl_manifest(root, out)
     assert M.load_manifest(out)[1] == info
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 

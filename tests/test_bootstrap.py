@@ -9,7 +9,9 @@ import pytest
 from scipy.stats import pearsonr
 
 from raybench.analysis import bootstrap as bs
-from raybench.analysis.metrics import patient_sums
+from raybench.analysis import streams
+from raybench.analysis.packed_stats import StatsError, load_packed_stats
+from raybench.sufficient_stats import patient_stats
 
 THR = 0.2
 P, C, CELLS = 40, 4, 3
@@ -38,7 +40,7 @@ def _write(tmp: Path, patient, y, cells) -> list[Path]:
     for i, (a, err, dev) in enumerate(cells):
         path = tmp / f"cell{i}" / "patient_stats.npz"
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(path, **patient_sums(patient, P, a, y, err, dev))
+        np.savez(path, **patient_stats(patient, P, a, y, err, dev))
         paths.append(path)
     return paths
 
@@ -56,7 +58,7 @@ def _direct(patient, y, cells, counts_row: np.ndarray) -> np.ndarray:
 def test_patient_bootstrap_matches_record_level_loop(tmp_path, ray_cluster):
     patient, y, cells = _records()
     paths = _write(tmp_path, patient, y, cells)
-    stats = bs.load_patient_stats(paths, ["c0", "c1", "c2"], C, THR, cells_per_block=2)
+    stats = load_packed_stats(paths, ["c0", "c1", "c2"], C, THR, cells_per_block=2)
     assert stats.block_sizes == [2, 1] and stats.y_matrix.shape[1] == 1 + 2 * C  # y block stored once
     n_draws, chunk, seed = 120, 50, 11
     one = bs.patient_bootstrap(stats, n_draws, seed, chunk, num_workers=1)
@@ -64,7 +66,8 @@ def test_patient_bootstrap_matches_record_level_loop(tmp_path, ray_cluster):
     assert one.shape == (n_draws, CELLS, 3)
     assert np.array_equal(one, four)  # bitwise: independent of the number of workers
 
-    counts = np.concatenate([bs.patient_counts(seed, n_draws, chunk, P, c) for c in range(bs.n_chunks(n_draws, chunk))])
+    counts = np.concatenate([streams.patient_counts(seed, n_draws, chunk, P, c)
+                             for c in range(streams.n_chunks(n_draws, chunk))])
     assert counts.shape == (n_draws, P) and np.all(counts.sum(1) == P)
     direct = np.stack([_direct(patient, y, cells, row) for row in counts])
     np.testing.assert_allclose(one, direct, rtol=0, atol=1e-10)
@@ -80,19 +83,19 @@ def test_patient_bootstrap_matches_record_level_loop(tmp_path, ray_cluster):
 def test_float32_packing_is_close(tmp_path, ray_cluster):
     patient, y, cells = _records(1)
     paths = _write(tmp_path, patient, y, cells)
-    f64 = bs.patient_bootstrap(bs.load_patient_stats(paths, ["a", "b", "c"], C, THR), 64, 2, 32)
-    f32 = bs.patient_bootstrap(bs.load_patient_stats(paths, ["a", "b", "c"], C, THR, dtype=np.float32), 64, 2, 32)
+    f64 = bs.patient_bootstrap(load_packed_stats(paths, ["a", "b", "c"], C, THR), 64, 2, 32)
+    f32 = bs.patient_bootstrap(load_packed_stats(paths, ["a", "b", "c"], C, THR, dtype=np.float32), 64, 2, 32)
     np.testing.assert_allclose(f32[:, :, :2], f64[:, :, :2], atol=1e-5)
     assert np.mean(f32[:, :, 2] == f64[:, :, 2]) > 0.99
 
 
 def test_draws_depend_only_on_seed_and_chunk():
-    a = bs.patient_counts(5, 1000, 300, 17, 2)
-    b = bs.patient_counts(5, 1000, 300, 17, 2)
-    last = bs.patient_counts(5, 1000, 300, 17, 3)
+    a = streams.patient_counts(5, 1000, 300, 17, 2)
+    b = streams.patient_counts(5, 1000, 300, 17, 2)
+    last = streams.patient_counts(5, 1000, 300, 17, 3)
     assert np.array_equal(a, b) and a.shape == (300, 17) and last.shape == (100, 17)
-    assert not np.array_equal(a, bs.patient_counts(5, 1000, 300, 17, 1))
-    assert not np.array_equal(a, bs.patient_counts(6, 1000, 300, 17, 2))
+    assert not np.array_equal(a, streams.patient_counts(5, 1000, 300, 17, 1))
+    assert not np.array_equal(a, streams.patient_counts(6, 1000, 300, 17, 2))
 
 
 def test_crossed_bootstrap_matches_direct_resampling(ray_cluster):
@@ -104,7 +107,7 @@ def test_crossed_bootstrap_matches_direct_resampling(ray_cluster):
     four = bs.crossed_bootstrap(values, n_draws, seed, chunk, num_workers=4)
     assert np.array_equal(one, four) and one.shape == (n_draws, 4)
     direct = []
-    children = np.random.SeedSequence([seed, 1]).spawn(bs.n_chunks(n_draws, chunk))
+    children = np.random.SeedSequence([seed, 1]).spawn(streams.n_chunks(n_draws, chunk))
     for c in range(len(children)):
         g = np.random.default_rng(children[c])
         size = min(chunk, n_draws - c * chunk)
@@ -117,14 +120,14 @@ def test_crossed_bootstrap_matches_direct_resampling(ray_cluster):
 def test_stats_errors_name_the_file(tmp_path):
     patient, y, cells = _records()
     paths = _write(tmp_path, patient, y, cells)
-    with pytest.raises(bs.StatsError, match="cell9"):
-        bs.load_patient_stats([*paths, tmp_path / "cell9" / "patient_stats.npz"], ["a", "b", "c", "d"], C, THR)
+    with pytest.raises(StatsError, match="cell9"):
+        load_packed_stats([*paths, tmp_path / "cell9" / "patient_stats.npz"], ["a", "b", "c", "d"], C, THR)
     bad = tmp_path / "bad" / "patient_stats.npz"
     bad.parent.mkdir()
-    s = patient_sums(patient[patient < 10], 10, cells[0][0][patient < 10], y[patient < 10],
+    s = patient_stats(patient[patient < 10], 10, cells[0][0][patient < 10], y[patient < 10],
                      cells[0][1][patient < 10], cells[0][2][patient < 10])
     np.savez(bad, **s)
-    with pytest.raises(bs.StatsError, match="same sorted test patients"):
-        bs.load_patient_stats([paths[0], bad], ["a", "b"], C, THR)
-    with pytest.raises(bs.StatsError, match="concepts"):
-        bs.load_patient_stats(paths[:1], ["a"], C + 1, THR)
+    with pytest.raises(StatsError, match="same sorted test patients"):
+        load_packed_stats([paths[0], bad], ["a", "b"], C, THR)
+    with pytest.raises(StatsError, match="concepts"):
+        load_packed_stats(paths[:1], ["a"], C + 1, THR)

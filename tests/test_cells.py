@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from raybench.config import MODELS, paper_protocol
-from raybench.sae.cells import ModelDims, audited_layers, build_cells, group_stacks
+from raybench.config import MODELS, ModelDims, audited_layers, paper_protocol
+from raybench.sae.cells import build_cells, group_stacks
 
 
 def _dims():

@@ -72,9 +72,9 @@ def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray
     from raybench.analysis.tables import analyze_run
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.config import audited_layers
     from raybench.encoders.base import EncoderSpec, build_encoder
     from raybench.encoders.extract import extract_activations
-    from raybench.sae.cells import audited_layers
     from raybench.sae.grid import run_grid
 
     cfg = _config(tmp_path / "run")

@@ -267,12 +267,13 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
 
 def test_a_trial_that_exhausts_its_retries_is_failed_in_the_table_and_the_audit(encoded, tmp_path):
     from raybench.analysis.audit import release_audit
+    from raybench.encoders.store import ActivationStore
     from raybench.sae.cells import build_cells, group_trials
-    from raybench.sae.grid import model_dims_from_store, run_grid
+    from raybench.sae.grid import run_grid
 
     cfg = _fresh(encoded, tmp_path / "run", steps=20)
     cfg = replace(cfg, resources=replace(cfg.resources, trial_unit="model", max_failures=0))  # no retry left
-    cells = build_cells(cfg.protocol, model_dims_from_store(cfg.run_dir, cfg.protocol.grid.models))
+    cells = build_cells(cfg.protocol, ActivationStore.for_run(cfg.run_dir).model_dims(cfg.protocol.grid.models))
     primary, sens = group_trials(cells, "model").values()
     markers = tmp_path / "fail-once"
     markers.mkdir()  # the hook fails a trial's first attempt unless its marker exists: only primary fails

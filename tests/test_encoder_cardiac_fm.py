@@ -1,4 +1,6 @@
-"""CARDIAC-FM adapter: DataParallel flat checkpoint, ECG branch only, strict keys, states = ECG-FM encoder's."""
+"""CARDIAC-FM adapter: DataParallel flat checkpoint, ECG branch only, strict keys, which ECG-FM the branch was
+built from, `inspect_checkpoint`. Parity with upstream (MMCL.forward_ecg, the published adapter) for the
+layer states and the contrastive embedding, both profiles: tests/parity/test_parity_ecg_fm.py."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import pytest
 import torch
 
 from raybench.encoders.base import CheckpointError, EncoderSpec, build_encoder
-from raybench.encoders.models import cardiac_fm, ecg_fm
+from raybench.encoders.models import cardiac_fm
 from raybench.encoders.models._wav2vec2 import DEMO, Wav2Vec2ECG
 
 PROJ_KEYS = {"ecg_projection.0.weight", "ecg_projection.0.bias", "ecg_projection.2.weight", "ecg_projection.2.bias"}
@@ -50,19 +52,43 @@ def test_checkpoint_loads_strictly_and_sets_the_weights(tmp_path):
     model = build_encoder(EncoderSpec("cardiac_fm", checkpoint=str(path), init_seed=9))
     for k, v in model.state_dict().items():
         assert torch.equal(v, state["module." + k]), k
-    # the audited states are exactly ECG-FM's encoder states for the same encoder weights and input
-    enc = ecg_fm.ECGFMEncoder(DEMO)
-    enc.model.load_state_dict({k[len("module.ecg_encoder."):]: v for k, v in state.items()
-                               if k.startswith("module.ecg_encoder.")})
-    enc.profile = "published"  # both see 12 x 5000
-    x = batch(model)
-    torch.testing.assert_close(model.layer_states(x), enc.layer_states(x))
-    # the projection is used only for the pooled contrastive embedding (non-zero mean of the last layer)
-    h = enc.model.layer_outputs(x)[-1]
-    w, b = state["module.ecg_projection.2.weight"], state["module.ecg_projection.2.bias"]
-    ln = torch.nn.functional.layer_norm(h.sum(1) / (h != 0).sum(1), (64,), state["module.ecg_projection.0.weight"],
-                                        state["module.ecg_projection.0.bias"])
-    torch.testing.assert_close(model.pooled_projection(x), ln @ w.T + b)
+
+
+def test_branch_built_from_the_classifier_or_a_bare_encoder_fails_naming_it(tmp_path):
+    state = fake_state()
+    enc = {k: v for k, v in state.items() if k.startswith("module.ecg_encoder.")}
+    rest = {k: v for k, v in state.items() if not k.startswith("module.ecg_encoder.")}
+    # ecg_transformer_classifier (mimic_iv_ecg_finetuned.pt): the encoder under `encoder.`, a `proj` head
+    classifier = rest | {k.replace("module.ecg_encoder.", "module.ecg_encoder.encoder."): v for k, v in enc.items()
+                         if not k.startswith(("module.ecg_encoder.quantizer", "module.ecg_encoder.project_q",
+                                              "module.ecg_encoder.final_proj", "module.ecg_encoder.mask_emb"))}
+    classifier |= {"module.ecg_encoder.proj.weight": torch.zeros(17, 64),
+                   "module.ecg_encoder.proj.bias": torch.zeros(17)}
+    torch.save(classifier, tmp_path / "clf.pth")
+    with pytest.raises(CheckpointError, match="built from an ECG-FM classifier.*ecg_transformer_classifier"):
+        build_encoder(EncoderSpec("cardiac_fm", checkpoint=str(tmp_path / "clf.pth")))
+    with pytest.raises(CheckpointError, match="classifier"):
+        cardiac_fm.inspect_checkpoint(str(tmp_path / "clf.pth"), size="demo")
+    bare = {k: v for k, v in state.items() if not k.startswith(("module.ecg_encoder.quantizer",
+            "module.ecg_encoder.project_q", "module.ecg_encoder.final_proj"))}
+    torch.save(bare, tmp_path / "bare.pth")
+    with pytest.raises(CheckpointError, match="bare ecg_transformer"):
+        build_encoder(EncoderSpec("cardiac_fm", checkpoint=str(tmp_path / "bare.pth")))
+
+
+def test_inspect_reports_what_would_load(tmp_path):
+    state = fake_state()
+    torch.save(state, tmp_path / "model_epoch_8.pth")
+    report = cardiac_fm.inspect_checkpoint(str(tmp_path / "model_epoch_8.pth"), size="demo")
+    n = sum(v.numel() for v in cardiac_fm.CardiacFMEncoder(DEMO, 32).state_dict().values())
+    assert (report["model"], report["variant"]) == ("cardiac_fm", "pretrained")
+    assert report["missing"] == report["extra"] == []
+    assert report["n_params"] == report["n_params_model"] == n
+    assert report["dropped"]["mri_branch"] == sorted(k[len("module."):] for k in state if ".mri_" in k)
+    state["module.logit_scale"] = torch.ones(())
+    torch.save(state, tmp_path / "extra.pth")
+    report = cardiac_fm.inspect_checkpoint(str(tmp_path / "extra.pth"), size="demo")  # reports, does not raise
+    assert report["extra"] == ["logit_scale"] and report["missing"] == []
 
 
 def test_file_without_dataparallel_prefix_and_with_new_weight_norm_names_loads(tmp_path):

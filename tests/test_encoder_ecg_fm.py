@@ -1,6 +1,15 @@
-"""ECG-FM adapter: fairseq checkpoint format, strict keys, architecture facts, preprocessing, determinism."""
+"""ECG-FM adapter: fairseq checkpoint format (real-format files with omegaconf / argparse / numpy objects, read
+through the weights-only allow-list), strict keys, architecture facts, preprocessing helpers.
+
+Parity with the upstream code (preprocessing and pooled states, both profiles) is in
+tests/parity/test_parity_ecg_fm.py."""
 
 from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +18,7 @@ from torch import nn
 
 from raybench.encoders.base import CheckpointError, EncoderSpec, build_encoder
 from raybench.encoders.models import ecg_fm
+from raybench.encoders.models._fairseq import FAIRSEQ_GLOBALS, load_fairseq_checkpoint
 from raybench.encoders.models._wav2vec2 import (
     FULL,
     TransformerLayer,
@@ -16,8 +26,21 @@ from raybench.encoders.models._wav2vec2 import (
     Wav2Vec2ECG,
     WeightNormConv1d,
     linear_resample,
+    nonzero_mean,
     parse_conv_layers,
+    standardize_leads,
 )
+
+PARITY = Path(__file__).resolve().parent / "parity"
+sys.path.insert(0, str(PARITY))
+from weights import det_state_dict  # noqa: E402
+
+# Tiny real-format files from tests/parity/make_fake_fairseq_checkpoints.py (weights: det_state_dict seed 1211):
+# `dictconfig`: written by fairseq-signals' trainer format, loaded by its load_checkpoint_to_cpu (cfg ->
+# omegaconf 2.3 DictConfig) and saved again; `namespace_oc20`: omegaconf 2.0.6 DictConfig cfg + argparse
+# Namespace args. Both carry numpy scalars in optimizer_history / extra_state.
+FAKE_FILES = {k: PARITY / f"fairseq_ckpt_{k}.pt" for k in ("dictconfig", "namespace_oc20")}
+FAKE_SEED = 1211
 
 # A tiny fairseq cfg['model'] as ECG-FM's checkpoint stores it (conv spec as a string, extra options present).
 TINY_CFG = {
@@ -138,12 +161,60 @@ def test_fairseq_checkpoint_loads_strictly_and_sets_the_weights(tmp_path):
     assert (model.n_layers, model.d) == (2, 32)  # architecture from the checkpoint's cfg
     for k, v in model.model.state_dict().items():
         assert torch.equal(v, state[k]), k
-    ref = Wav2Vec2ECG(W2VConfig.from_fairseq(TINY_CFG, "t")).eval()
-    ref.load_state_dict(state)
-    x = torch.from_numpy(np.stack([model.preprocess(record(s), 500) for s in (0, 1)]))
-    with torch.no_grad():
-        expected = torch.stack([h.mean(dim=1) for h in ref.layer_outputs(x)])
-    torch.testing.assert_close(model.layer_states(x), expected)
+
+
+@pytest.mark.parametrize("kind", sorted(FAKE_FILES))
+def test_real_format_fairseq_files_load_through_the_allow_list(kind):
+    path = FAKE_FILES[kind]
+    with pytest.raises(Exception, match="weights_only|Unsupported global"):  # what a plain strict load does
+        torch.load(path, map_location="cpu", weights_only=True)
+    model = build_encoder(EncoderSpec("ecg_fm", size="full", checkpoint=str(path)))
+    assert (model.n_layers, model.d) == (2, 32)
+    expected = det_state_dict(model.model.state_dict(), FAKE_SEED)
+    for k, v in model.model.state_dict().items():
+        assert torch.equal(v, expected[k]), k
+    ckpt = load_fairseq_checkpoint(path)  # cfg objects come back as plain containers
+    assert ckpt["cfg"]["model"]["_name"] == "wav2vec2_cmsc" and ckpt["cfg"]["model"]["encoder_layers"] == 2
+    assert ckpt["optimizer_history"][-1]["num_updates"] == 41000
+    assert ckpt["optimizer_history"][-1]["lr_scheduler_state"]["best"] == pytest.approx(2.4172)
+    if kind == "namespace_oc20":
+        assert ckpt["args"]["arch"] == "wav2vec2_cmsc" and ckpt["args"]["lr"] == [5e-5]
+
+
+def test_inspect_reports_keys_and_parameter_counts(tmp_path):
+    report = ecg_fm.inspect_checkpoint(str(FAKE_FILES["dictconfig"]))
+    n = sum(v.numel() for v in Wav2Vec2ECG(W2VConfig.from_fairseq(TINY_CFG, "t")).state_dict().values())
+    assert (report["model"], report["variant"], report["missing"], report["extra"]) == ("ecg_fm", "pretrained", [], [])
+    assert report["n_params"] == report["n_params_model"] == n and report["published_params"] == 90.9e6
+    assert len(report["loaded"]) == len(Wav2Vec2ECG(W2VConfig.from_fairseq(TINY_CFG, "t")).state_dict())
+    state = tiny_state()
+    state["encoder.layers.0.fc1.bias_x"] = state.pop("encoder.layers.0.fc1.bias")
+    report = ecg_fm.inspect_checkpoint(save_fairseq(tmp_path / "renamed.pt", state))  # reports, does not raise
+    assert report["missing"] == ["encoder.layers.0.fc1.bias"] and report["extra"] == ["encoder.layers.0.fc1.bias_x"]
+
+
+def test_legacy_args_only_checkpoint_reads_the_architecture_from_args(tmp_path):
+    args = argparse.Namespace(arch="wav2vec2_cmsc", **{k: v for k, v in TINY_CFG.items() if k != "_name"})
+    torch.save({"args": args, "cfg": None, "model": tiny_state()}, tmp_path / "legacy.pt")
+    model = ecg_fm.load_checkpoint(str(tmp_path / "legacy.pt"))
+    assert (model.n_layers, model.d) == (2, 32)
+
+
+def test_namespace_model_cfg_inside_cfg_loads(tmp_path):
+    """fairseq's converted legacy checkpoints keep the args Namespace as cfg.model."""
+    args = argparse.Namespace(arch="wav2vec2_cmsc", **{k: v for k, v in TINY_CFG.items() if k != "_name"})
+    torch.save({"args": None, "cfg": {"model": args, "task": None}, "model": tiny_state()}, tmp_path / "ns.pt")
+    assert ecg_fm.load_checkpoint(str(tmp_path / "ns.pt")).n_layers == 2
+
+
+def test_anything_outside_the_allow_list_is_still_refused(tmp_path):
+    torch.save({"cfg": {"model": dict(TINY_CFG)}, "model": tiny_state(), "when": datetime.datetime(2024, 1, 1)},
+               tmp_path / "odd.pt")
+    with pytest.raises(CheckpointError, match="datetime"):
+        ecg_fm.load_checkpoint(str(tmp_path / "odd.pt"))
+    names = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_GLOBALS}
+    assert "argparse.Namespace" in names
+    assert not any(n.startswith(("builtins.eval", "builtins.exec", "os.", "subprocess")) for n in names)
 
 
 def test_parametrized_weight_norm_names_load_too(tmp_path):
@@ -201,6 +272,20 @@ def test_linear_resample_is_fairseq_signals_interpolation():
     np.testing.assert_allclose(y[1], 1.0)
     assert linear_resample(np.zeros((12, 1000), np.float32), 100, 500).shape == (12, 5000)
     assert np.array_equal(linear_resample(x, 3, 3), x)
+
+
+def test_native_standardization_is_fairseq_signals_lead_std_divide():
+    x = np.stack([np.linspace(-1, 3, 50), np.full(50, 2.5), np.zeros(50)])
+    y = standardize_leads(x)
+    np.testing.assert_allclose(y[0], (x[0] - x[0].mean()) / x[0].std())
+    assert y.dtype == np.float64 and np.array_equal(y[1:], np.zeros((2, 50)))  # std-0 leads -> 0 ('zero' strategy)
+
+
+def test_native_pooling_divides_by_the_non_zero_count():
+    h = torch.tensor([[[1.0, 0.0], [3.0, 0.0], [0.0, 0.0]]])  # [B=1, T=3, D=2]
+    assert torch.equal(nonzero_mean(h), torch.tensor([[2.0, 0.0]]))  # (1 + 3) / 2; all-zero feature -> 0
+    g = torch.randn(2, 7, 5)
+    torch.testing.assert_close(nonzero_mean(g), g.mean(dim=1))  # no exact zeros: the plain mean
 
 
 def test_published_profile_feeds_10s_zscored_per_lead():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -135,6 +138,95 @@ def test_bad_folders_fail_clearly(tmp_path):
     upstream_model().config.to_json_file(tmp_path / "config.json")
     with pytest.raises(CheckpointError, match="no model.safetensors"):
         hubert_ecg.load_pretrained(tmp_path)
+
+
+# ---------------------------------------------------------------- training checkpoints (.pt)
+
+def fake_upstream_module(monkeypatch) -> type:
+    """A stand-in for upstream's `code/hubert_ecg.py` module, so torch.save pickles `hubert_ecg.HuBERTECGConfig`."""
+    mod = types.ModuleType("hubert_ecg")
+
+    class HuBERTECGConfig(HubertConfig):
+        model_type = "hubert_ecg"
+
+        def __init__(self, ensemble_length: int = 1, vocab_sizes: list | None = None, **kwargs):
+            super().__init__(**kwargs)
+            self.ensemble_length = ensemble_length
+            self.vocab_sizes = vocab_sizes or [100]
+
+    HuBERTECGConfig.__module__ = "hubert_ecg"
+    HuBERTECGConfig.__qualname__ = "HuBERTECGConfig"
+    mod.HuBERTECGConfig = HuBERTECGConfig
+    monkeypatch.setitem(sys.modules, "hubert_ecg", mod)
+    return HuBERTECGConfig
+
+
+def training_checkpoint(path, config, state: dict, **extra) -> None:
+    """What upstream's pretrain.py saves: model_config (pickled object), state dicts of model/optimizer/scheduler."""
+    params = [torch.nn.Parameter(v.clone()) for v in state.values() if v.is_floating_point()][:3]
+    opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.98))
+    sum(p.sum() for p in params).backward()
+    opt.step()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    torch.save({"global_step": 7, "patience_count": 0, "model_config": config, "model_state_dict": state,
+                "optimizer_state_dict": opt.state_dict(), "best_val_loss": 0.5,
+                "lr_scheduler_state_dict": sched.state_dict(), "best_val_accuracy": 0.25,
+                "pretraining_vocab_sizes": [10, 12], **extra}, path)
+
+
+def test_training_pt_with_pickled_config_loads_safely(tmp_path, monkeypatch):
+    ref, state = hubert_ecg_folder(tmp_path / "hf")  # body + heads (vocab 10, 12)
+    cls = fake_upstream_module(monkeypatch)
+    cfg = cls(ensemble_length=2, vocab_sizes=[10, 12], **{k: v for k, v in TINY.items()})
+    training_checkpoint(tmp_path / "hubert_1_iteration_7_abc.pt", cfg, state)
+    monkeypatch.delitem(sys.modules, "hubert_ecg")  # raybench needs none of upstream's code
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "hubert_1_iteration_7_abc.pt") == [
+        "hubert_ecg.HuBERTECGConfig"]
+    model = build_encoder(EncoderSpec("hubert_ecg", checkpoint=str(tmp_path / "hubert_1_iteration_7_abc.pt")))
+    assert (model.n_layers, model.d) == (2, 32)
+    assert torch.equal(model.heads.label_embedding[1].weight, state["label_embedding.1.weight"])
+    assert list(model.hubert.config.conv_kernel) == [10, 3, 3, 2, 2]
+    x = batch(model)
+    torch.testing.assert_close(model.layer_states(x), reference_states(ref, x))
+
+
+def test_training_pt_of_older_code_pickles_hubert_config(tmp_path):
+    """Older upstream runs pickled transformers' HubertConfig (no vocab_sizes): head sizes come from the weights."""
+    ref, state = hubert_ecg_folder(tmp_path / "hf")
+    training_checkpoint(tmp_path / "old.pt", HubertConfig(**TINY), state)
+    model = hubert_ecg.load_pretrained(tmp_path / "old.pt")
+    assert [e.num_embeddings for e in model.heads.label_embedding] == [10, 12]
+    x = batch(model)
+    torch.testing.assert_close(model.layer_states(x), reference_states(ref, x))
+
+
+def test_finetuned_pt_loads_backbone_and_drops_classifier_by_name(tmp_path, monkeypatch):
+    ref, state = hubert_ecg_folder(tmp_path / "hf", heads=False)
+    cls = fake_upstream_module(monkeypatch)
+    tuned = {f"hubert_ecg.{k}": v for k, v in state.items()}
+    tuned |= {"classifier.weight": torch.randn(5, 32), "classifier.bias": torch.randn(5)}
+    training_checkpoint(tmp_path / "tuned.pt", cls(vocab_sizes=[100], **TINY), tuned, linear=True,
+                        finetuning_vocab_size=5, use_label_embedding=False)
+    model = hubert_ecg.load_pretrained(tmp_path / "tuned.pt")
+    assert model.heads is None
+    x = batch(model)
+    torch.testing.assert_close(model.layer_states(x), reference_states(ref, x))
+    tuned["hubert_ecg.extra.weight"] = torch.zeros(1)  # anything else must match
+    training_checkpoint(tmp_path / "bad.pt", cls(vocab_sizes=[100], **TINY), tuned)
+    with pytest.raises(CheckpointError, match=r"unexpected \[extra\.weight\]"):
+        hubert_ecg.load_pretrained(tmp_path / "bad.pt")
+
+
+def test_training_pt_with_other_objects_is_refused_by_name(tmp_path, monkeypatch):
+    _, state = hubert_ecg_folder(tmp_path / "hf")
+    cls = fake_upstream_module(monkeypatch)
+    training_checkpoint(tmp_path / "args.pt", cls(vocab_sizes=[10, 12], ensemble_length=2, **TINY), state,
+                        args=argparse.Namespace(lr=1e-4))
+    with pytest.raises(CheckpointError, match=r"weights_only=True.*argparse\.Namespace"):
+        hubert_ecg.load_pretrained(tmp_path / "args.pt")
+    torch.save({"model_state_dict": state}, tmp_path / "no_config.pt")
+    with pytest.raises(CheckpointError, match="model_config"):
+        hubert_ecg.load_pretrained(tmp_path / "no_config.pt")
 
 
 # ---------------------------------------------------------------- preprocessing

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from fake_run import small_protocol, write_fake_run
 
-from raybench.analysis.figures import FIGURES, RC, fig_forest_auc, fig_matched_scale_curves, load_tables, make_figures
+from raybench.analysis.figures import FIGURES, fig_forest_auc, fig_matched_scale_curves, make_figures
+from raybench.analysis.plotting import RC, error_bars, load_tables
 from raybench.paths import RunLayout
 
 STEMS = {spec.stem for spec in FIGURES}
@@ -89,7 +90,5 @@ def test_heatmap_marks_the_peak_cell(tmp_path):
 
 
 def test_error_bars_never_negative_when_the_point_lies_outside_its_interval():
-    from raybench.analysis.figures import error_bars
-
     bars = error_bars([0.30, 0.10], [0.32, 0.05], [0.40, 0.12])
     np.testing.assert_allclose(bars, [[0.0, 0.05], [0.10, 0.02]])

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from raybench.paths import RunLayout
-from raybench.sae.grid import CELL_COLUMNS, run_grid
+from raybench.sae.cells_table import CELLS_TABLE_COLUMNS
+from raybench.sae.grid import run_grid
 from tests.small_run import build_encoded_run, small_config
 
 
@@ -30,7 +31,7 @@ def _fresh(encoded, tmp_path, **resources):
 def test_grid_trains_every_cell_and_retries_a_failing_trial(encoded, tmp_path):
     cfg = _fresh(encoded, tmp_path, trial_unit="layer", trial_gpus=0.25, max_failures=2)
     table = run_grid(cfg, fail_once_dir=str(tmp_path / "fail-once"))
-    assert list(table.columns) == CELL_COLUMNS
+    assert list(table.columns) == CELLS_TABLE_COLUMNS
     assert len(table) == 24 and (table["status"] == "ok").all(), table["status"].tolist()
     assert len(list((tmp_path / "fail-once").iterdir())) >= 1  # every trial failed once, then succeeded
     assert table["cell_id"].is_unique
@@ -63,7 +64,7 @@ def test_a_cell_of_another_config_or_of_stale_activations_is_not_complete_and_is
     record differs from the run's current ones is retrained (not passed off as `ok` with the current hash)."""
     import json
 
-    from raybench.sae.grid import activation_provenance
+    from raybench.sae.provenance import activation_provenance
 
     cfg = _fresh(encoded, tmp_path, trial_unit="model")
     grid = replace(cfg.protocol.grid, models=("csfm",), depths=(0.0,), expansions=(1,), seeds=(4311,),
@@ -86,10 +87,11 @@ def test_a_cell_of_another_config_or_of_stale_activations_is_not_complete_and_is
     # a cell trained on other activations (re-encoded since) is not complete either
     metrics = json.loads((cell / "metrics.json").read_text())
     (cell / "metrics.json").write_text(json.dumps({**metrics, "encoder_fingerprint": "0123456789abcdef"}))
+    from raybench.encoders.store import ActivationStore
     from raybench.sae.cells import build_cells
-    from raybench.sae.grid import collect_cells_table, model_dims_from_store
+    from raybench.sae.cells_table import collect_cells_table
 
-    cells = build_cells(other.protocol, model_dims_from_store(other.run_dir, grid.models))
+    cells = build_cells(other.protocol, ActivationStore.for_run(other.run_dir).model_dims(grid.models))
     assert collect_cells_table(other, cells, {})["status"].str.startswith("failed: ").all()
     third = run_grid(other)
     assert (third["status"] == "ok").all(), third["status"].tolist()
@@ -139,9 +141,9 @@ def test_trial_checkpoints_hold_no_pickle_and_resume_exactly(tmp_path, sampler, 
     import numpy as np
     import torch
 
-    from raybench.sae.grid import load_trial_state, save_trial_state
     from raybench.sae.model import SAECellConfig
     from raybench.sae.train import train_stack
+    from raybench.sae.trial_state import load_trial_state, save_trial_state
 
     rng = np.random.default_rng(0)
     x = (rng.normal(size=(600, 16)) * rng.uniform(0.5, 3.0, size=16)).astype(np.float32)

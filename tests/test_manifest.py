@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from raybench.cohorts import manifest as M
 from raybench.cohorts.panel import CONCEPTS, WAVEFORM_CONCEPTS, concept_names
+from raybench.cohorts.ptbxl import build_ptbxl_manifest, build_synth_manifest
 from raybench.cohorts.synth import generate_synth_cohort
 
 
@@ -26,7 +27,7 @@ def cohort(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def built(cohort, tmp_path_factory):
     out = tmp_path_factory.mktemp("man")
-    return M.build_synth_manifest(cohort, out)
+    return build_synth_manifest(cohort, out)
 
 
 def _truth(cohort: Path) -> pd.DataFrame:
@@ -101,7 +102,7 @@ def test_constant_concept_uses_std_floor():
 def test_hash_stable_content_sensitive_and_tamper_checked(cohort, built, tmp_path):
     df, info = M.load_manifest(built)
     assert M.manifest_hash(df) == info.manifest_hash
-    again = M.build_synth_manifest(cohort, tmp_path / "again")
+    again = build_synth_manifest(cohort, tmp_path / "again")
     assert M.load_manifest(again)[1].manifest_hash == info.manifest_hash
     changed = df.copy()
     changed.loc[0, "raw_qrs_duration"] += 1.0
@@ -136,7 +137,7 @@ def test_rate_100_and_missing_ecgdeli_table(cohort, tmp_path):
     root = tmp_path / "c"
     shutil.copytree(cohort, root)
     (root / "features" / "ecgdeli_features.csv").unlink()
-    path = M.build_synth_manifest(root, tmp_path / "m", sampling_rate=100)
+    path = build_synth_manifest(root, tmp_path / "m", sampling_rate=100)
     df, info = M.load_manifest(path)
     assert (df["fs"] == 100).all() and (df["n_samples"] == 1000).all()
     assert df["path"].str.startswith("records100/").all()
@@ -148,7 +149,7 @@ def test_rate_100_and_missing_ecgdeli_table(cohort, tmp_path):
 
 def test_not_a_synth_cohort(tmp_path):
     with pytest.raises(M.ManifestError, match="ground_truth.csv"):
-        M.build_synth_manifest(tmp_path, tmp_path / "m")
+        build_synth_manifest(tmp_path, tmp_path / "m")
 
 
 def test_cli_cohort_and_manifest(tmp_path):
@@ -176,7 +177,6 @@ def test_cli_cohort_and_manifest(tmp_path):
 
 
 def test_auto_falls_back_to_waveform_concepts(cohort, tmp_path, ray_cluster):
-    pytest.importorskip("raybench.cohorts.waveform_concepts")
     root = tmp_path / "c"
     root.mkdir()
     db = pd.read_csv(cohort / "ptbxl_database.csv", dtype=str, keep_default_na=False).head(6)
@@ -185,7 +185,7 @@ def test_auto_falls_back_to_waveform_concepts(cohort, tmp_path, ray_cluster):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         for ext in (".hea", ".dat"):
             shutil.copy(cohort / (rel + ext), root / (rel + ext))
-    path = M.build_ptbxl_manifest(root, tmp_path / "m", concepts="auto", num_cpus=1)
+    path = build_ptbxl_manifest(root, tmp_path / "m", concepts="auto", num_cpus=1)
     df, info = M.load_manifest(path)
     assert info.concept_source == "waveform" and info.concepts == WAVEFORM_CONCEPTS
     truth = _truth(cohort).loc[df["ecg_id"]]

@@ -13,14 +13,9 @@ import pytest
 from test_waveform_concepts import make_record  # tests/ is on sys.path (pytest rootdir-relative import)
 
 from raybench.cohorts.manifest import BASE_COLUMNS, ManifestError, load_manifest
-from raybench.cohorts.mimic import (
-    MM_COLUMNS,
-    build_mimic_manifest,
-    read_machine_measurements,
-    read_record_list,
-    select_studies,
-    selection_rank,
-)
+from raybench.cohorts.mimic import build_mimic_manifest
+from raybench.cohorts.mimic_pool import select_studies, selection_rank
+from raybench.cohorts.mimic_tables import MM_COLUMNS, read_machine_measurements, read_record_list
 from raybench.cohorts.panel import WAVEFORM_CONCEPTS
 from raybench.cohorts.waveforms import LEADS, read_record
 
@@ -30,7 +25,7 @@ SUBJECTS = [10000032, 10001217, 10002428, 10003046, 10004235, 10005348, 10006053
 STUDIES_PER_SUBJECT = [1, 3, 2, 1, 4, 2, 1, 3, 2, 1, 2, 4]  # 26 studies, several subjects with many
 
 
-def _write_mimic_record(root: Path, rel: str, signal_mv: np.ndarray) -> None:
+def write_mimic_record(root: Path, rel: str, signal_mv: np.ndarray) -> None:
     """WFDB the way MIMIC-IV-ECG ships it: format 16, 200 adu/mV, header leads in MIMIC order."""
     import wfdb
 
@@ -54,7 +49,7 @@ def write_mimic_fixture(root: Path, seed: int = 11) -> dict[int, dict]:
             rows.append({"subject_id": subject, "study_id": study, "file_name": study,
                          "ecg_time": "2180-07-23 08:44:00", "path": rel})
             sig, t = make_record(rng)
-            _write_mimic_record(root, rel, sig)
+            write_mimic_record(root, rel, sig)
             truth[study] = {**t, "signal": sig}
             qrs_on = 40 + t["pr_interval_ms"]
             mm_rows.append({"subject_id": subject, "study_id": study, "cart_id": f"68{subject % 7}",
@@ -68,7 +63,7 @@ def write_mimic_fixture(root: Path, seed: int = 11) -> dict[int, dict]:
     bad_subject = SUBJECTS[1]
     trunc, absent = study + 11, study + 22
     rel = f"files/p1000/p{bad_subject}/s{trunc}/{trunc}"
-    _write_mimic_record(root, rel, make_record(rng)[0])
+    write_mimic_record(root, rel, make_record(rng)[0])
     dat = (root / rel).with_suffix(".dat")
     dat.write_bytes(dat.read_bytes()[:5000])
     rows.append({"subject_id": bad_subject, "study_id": trunc, "file_name": trunc, "ecg_time": "", "path": rel})

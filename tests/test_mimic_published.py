@@ -18,28 +18,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_mimic import SUBJECTS, _write_mimic_record, write_mimic_fixture
+from test_mimic import SUBJECTS, write_mimic_fixture, write_mimic_record
 from test_waveform_concepts import make_record
 
-from raybench.analysis.bootstrap import pack_patient_stats
-from raybench.cohorts.manifest import load_manifest, standardize, write_manifest
-from raybench.cohorts.mimic import (
-    build_mimic_manifest,
-    complete_case_counts,
-    icd_linked,
-    read_admissions,
-    read_record_list,
-    selection_rank,
-)
+from raybench.analysis.packed_stats import pack_patient_stats
+from raybench.cohorts.extractor_published import measure_record_published, published_concepts
+from raybench.cohorts.extractor_refined import concepts_from_points, measure_record
+from raybench.cohorts.manifest import complete_case_counts, load_manifest, standardize, write_manifest
+from raybench.cohorts.mimic import build_mimic_manifest
+from raybench.cohorts.mimic_pool import icd_linked, selection_rank
+from raybench.cohorts.mimic_tables import read_admissions, read_record_list
 from raybench.cohorts.panel import WAVEFORM_CONCEPTS
 from raybench.cohorts.split import mimic_split
-from raybench.cohorts.waveform_concepts import (
-    _concepts_from_points,
-    measure_record,
-    measure_record_published,
-    measure_signal,
-    published_concepts,
-)
+from raybench.cohorts.waveform_concepts import measure_signal
 from raybench.config import EvalProtocol
 from raybench.encoders.store import ActivationStore
 from raybench.paths import RunLayout
@@ -63,7 +54,7 @@ def test_published_pairing_is_by_position_not_by_beat():
              "ECG_R_Offsets": [530, 1030, 1530, 2030], "ECG_T_Offsets": [700, 1200, 1700, 2200],
              "ECG_T_Peaks": [650, 1150, 1650, 2150]}
     pub = published_concepts(sig, rpeaks, waves, FS)
-    per_beat = _concepts_from_points(sig, None, np.array(rpeaks), waves, FS)  # refined pairing, plain bounds
+    per_beat = concepts_from_points(sig, None, np.array(rpeaks), waves, FS)  # refined pairing, plain bounds
     assert math.isnan(pub["pr_interval_ms"])  # (900, 480), (1400, 980), ...: every pair has offset < onset
     assert per_beat["pr_interval_ms"] == pytest.approx(160.0)  # beat by beat: 80 samples
     assert pub["qrs_duration_ms"] == per_beat["qrs_duration_ms"] == pytest.approx(100.0)
@@ -71,7 +62,7 @@ def test_published_pairing_is_by_position_not_by_beat():
     # a missed R onset on beat 1 shifts QRS pairs: (480, 530) ok, then (1465, 1030), (1960, 1530) rejected
     shifted = dict(waves, ECG_R_Onsets=[480, np.nan, 1465, 1960])
     assert published_concepts(sig, rpeaks, shifted, FS)["qrs_duration_ms"] == pytest.approx(100.0)
-    assert _concepts_from_points(sig, None, np.array(rpeaks), shifted, FS)["qrs_duration_ms"] == \
+    assert concepts_from_points(sig, None, np.array(rpeaks), shifted, FS)["qrs_duration_ms"] == \
         pytest.approx(130.0)  # beats 0, 2, 3: 100, 130, 140 ms
 
 
@@ -168,7 +159,7 @@ def write_pool_fixture(root: Path) -> dict:
         for _ in range(3):
             study += int(rng.integers(1000, 9000))
             rel = f"files/p{str(subject)[:4]}/p{subject}/s{study}/{study}"
-            _write_mimic_record(root, rel, make_record(rng)[0])
+            write_mimic_record(root, rel, make_record(rng)[0])
             extra.append({"subject_id": subject, "study_id": study, "file_name": study, "ecg_time": IN_STAY,
                           "path": rel})
     special = {}
@@ -178,7 +169,7 @@ def write_pool_fixture(root: Path) -> dict:
                                         ("extraction_fails", SUBJECTS[6], IN_STAY, {"rr": 6.0, "noise": 0.0})):
         study += int(rng.integers(1000, 9000))
         rel = f"files/p{str(subject)[:4]}/p{subject}/s{study}/{study}"
-        _write_mimic_record(root, rel, make_record(rng, **kwargs)[0])
+        write_mimic_record(root, rel, make_record(rng, **kwargs)[0])
         extra.append({"subject_id": subject, "study_id": study, "file_name": study, "ecg_time": when, "path": rel})
         special[name] = study
     rl = pd.concat([rl, pd.DataFrame(extra).astype(str)], ignore_index=True)
@@ -236,7 +227,7 @@ def test_summary_states_complete_case_counts_per_split(pool):
     cc = summary["complete_cases"]
     raw = df[[f"raw_{c}" for c in WAVEFORM_CONCEPTS]].to_numpy(np.float64)
     complete = np.isfinite(raw).all(axis=1)
-    assert 0 < cc["records"] == summary["records_all_concepts"] == int(complete.sum()) < len(df)  # pairing NaNs
+    assert 0 < cc["records"] == int(complete.sum()) < len(df)  # pairing NaNs
     for s in ("train", "val", "test"):
         m = complete & (df["split"] == s).to_numpy()
         assert cc["splits"][s]["records"] == int(m.sum())
@@ -356,7 +347,7 @@ def _identity_sae() -> tuple[StackedBatchTopKSAE, Normalizer]:
     return sae, Normalizer(np.zeros(D, np.float32), np.ones(D, np.float32))
 
 
-def _evaluate(data, eval_cfg):  # noqa: ANN001
+def _evaluate(data, eval_cfg):
     sae, norm = _identity_sae()
     return evaluate_cell(sae, norm, data.acts, data.concepts, data.test_patient_codes, data.selection_idx, eval_cfg,
                          n_patients=len(data.test_patients), selection_present=data.selection_present)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sys
-import types
 
 import numpy as np
 import pandas as pd
@@ -158,7 +156,7 @@ def test_incomplete_grid_refused_then_flagged(tmp_path, ray_cluster):
 
     from raybench.analysis.audit import cell_label
     from raybench.analysis.tables import analyze_run
-    from raybench.io import write_table
+    from raybench.atomic import write_table
     from raybench.paths import RunLayout
 
     proto = _small_protocol()
@@ -199,10 +197,19 @@ def test_incomplete_grid_refused_then_flagged(tmp_path, ray_cluster):
     assert not sens[(sens.model == "st_mem") & (sens.factor == "depth") & (sens.level == "1")].short_denominator.any()
 
 
+def _fake_analysis(monkeypatch, analyze_run) -> None:
+    """The analyze stage with `analyze_run` standing in for the tables, no secondary analyses and no Ray."""
+    import raybench.analysis.stage as stage
+    import raybench.ray_session
+
+    monkeypatch.setattr(stage, "analyze_run", analyze_run)
+    monkeypatch.setattr(stage, "run_secondary", lambda root, protocol, cfg: {})
+    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+
+
 def test_cli_refuses_incomplete_grid_and_passes_the_flag(tmp_path, monkeypatch):
     from fake_run import small_protocol, write_fake_run
 
-    import raybench.ray_session
     from raybench.cli import main
 
     root = write_fake_run(tmp_path / "run", small_protocol(), tables=())
@@ -216,8 +223,7 @@ def test_cli_refuses_incomplete_grid_and_passes_the_flag(tmp_path, monkeypatch):
         write_fake_run(run_root, small_protocol(), tables=("cells", "profiles"), run_yaml=False)
         return {"cells": None, "profiles": None}
 
-    monkeypatch.setitem(sys.modules, "raybench.analysis.tables", types.SimpleNamespace(analyze_run=analyze_run))
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    _fake_analysis(monkeypatch, analyze_run)
     res = CliRunner().invoke(main, ["analyze", "--run-dir", str(root)])
     assert res.exit_code == 1 and "ecg_fm-q050-E04-primary-s4311" in res.output and seen["allow"] is False
     res = CliRunner().invoke(main, ["analyze", "--run-dir", str(root), "--allow-incomplete"])
@@ -243,22 +249,21 @@ def test_grid_command_passes_allow_incomplete(monkeypatch):
 
 
 def test_pipeline_analyze_stage_refuses_with_a_click_error(tmp_path, monkeypatch):
-    import click
-
+    """`raybench grid`'s analyze stage turns the refusal into a message naming the cell (exit code 1)."""
     import raybench.pipeline as pl
-    from raybench.config import demo_run
+    from raybench.cli import main
 
     calls = []
 
-    def analyze_run(root, protocol, cohort_kind="synth", allow_incomplete=False):
+    def analyze_run(root, protocol, num_workers=None, cohort_kind="synth", allow_incomplete=False):
         calls.append(allow_incomplete)
         raise IncompleteGridError("the grid is incomplete: cell-x: failed: oom")
 
-    monkeypatch.setitem(sys.modules, "raybench.analysis.tables", types.SimpleNamespace(analyze_run=analyze_run))
-    with pytest.raises(click.ClickException, match="cell-x: failed: oom"):
-        pl._analyze_run(demo_run(str(tmp_path)))
-    with pytest.raises(click.ClickException):
-        pl._analyze_run(demo_run(str(tmp_path)), allow_incomplete=True)
+    _fake_analysis(monkeypatch, analyze_run)
+    monkeypatch.setattr(pl, "STAGES", [s for s in pl.STAGES if s.name == "analyze"])
+    for flags in ([], ["--allow-incomplete"]):
+        res = CliRunner().invoke(main, ["grid", "--run-dir", str(tmp_path / "run"), *flags])
+        assert res.exit_code == 1 and "cell-x: failed: oom" in res.output and "Traceback" not in res.output
     assert calls == [False, True]
 
 
@@ -312,7 +317,7 @@ def test_small_run_has_the_new_tables_figures_and_sections(tmp_path, ray_cluster
     from raybench.analysis.figures import make_figures
     from raybench.analysis.report import render_report
     from raybench.analysis.tables import analyze_run
-    from raybench.io import write_table
+    from raybench.atomic import write_table
     from raybench.paths import RunLayout
 
     proto = _small_protocol()

@@ -63,6 +63,26 @@ def test_rerun_recomputes_nothing_and_keeps_tables_byte_identical(finished_run):
 
 
 @pytest.mark.slow
+def test_analyze_command_reproduces_what_grid_wrote(finished_run):
+    """`raybench analyze --run-dir R` (no --config: R's run.yaml) on the run `grid` finished rewrites every table
+    byte for byte, the secondary analyses' included, and the randomness record and figures too."""
+    cfg, _, _ = finished_run
+    layout = RunLayout.at(cfg.run_dir)
+    folders = (layout.tables_dir, layout.randomness_dir, layout.figures_dir)
+    before = {f.name: _digest(f) for f in folders}
+    assert {"profiles.parquet", "crossed_contrasts.csv", "calibration.parquet", "harmonization_concepts.csv",
+            "intervention_contrasts.parquet", "secondary_failures.json", "audit.json"} <= set(before["tables"])
+    for f in folders:  # only the train stage's cells table stays: analyze must write everything again
+        for path in f.iterdir():
+            if path.is_file() and path.name not in ("cells.parquet", "cells.csv"):
+                path.unlink()
+    result = CliRunner().invoke(main, ["analyze", "--run-dir", cfg.run_dir])
+    assert result.exit_code == 0, result.output
+    assert "secondary tables: calibration" in result.output
+    assert {f.name: _digest(f) for f in folders} == before
+
+
+@pytest.mark.slow
 def test_cli_refuses_a_run_folder_of_another_config(finished_run, tmp_path):
     cfg, _, _ = finished_run
     other = replace(cfg, protocol=replace(cfg.protocol, sae=replace(cfg.protocol.sae, steps=7)))

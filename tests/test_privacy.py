@@ -29,14 +29,15 @@ from test_mimic import write_mimic_fixture
 
 from raybench.analysis.audit import release_audit
 from raybench.analysis.report import render_report
-from raybench.analysis.tables import _select_ok
+from raybench.analysis.run_inputs import select_ok
+from raybench.atomic import write_json, write_table, write_text
 from raybench.cli import main
-from raybench.config import CohortConfig, RunConfig, demo_run
-from raybench.io import write_json, write_table, write_text
+from raybench.config import CohortConfig, ModelDims, RunConfig, demo_run
 from raybench.paths import RunLayout
 from raybench.privacy import WITHHELD, failure_text, id_like_count, is_credentialed
-from raybench.sae.cells import ModelDims, build_cells, group_trials
-from raybench.sae.grid import collect_cells_table, trial_errors
+from raybench.sae.cells import build_cells, group_trials
+from raybench.sae.cells_table import collect_cells_table
+from raybench.sae.grid import trial_errors
 
 WITHHELD_STATUS = re.compile(r"^failed: (\w+) \(" + re.escape(WITHHELD) + r"; (\d+) identifier-like values?\)$")
 
@@ -119,7 +120,7 @@ def mimic_run(tmp_path_factory, ray_cluster):
         table.loc[mask, col] = np.nan
     table.loc[mask, "gate_pass"] = False
     write_table(layout.cells_table, table)
-    write_table(layout.tables_dir / "missing.parquet", _select_ok(table, protocol)[1])
+    write_table(layout.tables_dir / "missing.parquet", select_ok(table, protocol)[1])
     release_audit(root, protocol)
     layout.figures_dir.mkdir(parents=True, exist_ok=True)
     (layout.figures_dir / "profiles.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))

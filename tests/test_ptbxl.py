@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from raybench.cohorts import manifest as M
+from raybench.cohorts.ptbxl import build_ptbxl_manifest
 from raybench.cohorts.split import ptbxl_split
 from raybench.cohorts.waveforms import read_record
 
@@ -16,7 +17,7 @@ from raybench.cohorts.waveforms import read_record
 @pytest.fixture(scope="module", params=[500, 100])
 def built(request, ptbxl_sample, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"ptbxl{request.param}")
-    path = M.build_ptbxl_manifest(ptbxl_sample, out, sampling_rate=request.param, concepts="none")
+    path = build_ptbxl_manifest(ptbxl_sample, out, sampling_rate=request.param, concepts="none")
     return request.param, path, ptbxl_sample
 
 
@@ -61,18 +62,11 @@ def test_splits_follow_the_rule_and_are_patient_disjoint(built):
 
 def test_hash_is_stable_and_independent_of_output_folder(built, tmp_path):
     rate, path, root = built
-    again = M.build_ptbxl_manifest(root, tmp_path / "again", sampling_rate=rate, concepts="none")
+    again = build_ptbxl_manifest(root, tmp_path / "again", sampling_rate=rate, concepts="none")
     assert M.load_manifest(again)[1].manifest_hash == M.load_manifest(path)[1].manifest_hash
 
 
-def test_auto_without_tables_or_extractor_is_loud(ptbxl_sample, tmp_path, monkeypatch):
-    monkeypatch.setattr(M, "waveform_available", lambda: False)
-    path = M.build_ptbxl_manifest(ptbxl_sample, tmp_path, sampling_rate=100, concepts="auto")
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["concept_source"] == "none"
-    assert any(n.startswith("WARNING: NO CONCEPTS") for n in summary["notes"])
-    assert M.load_manifest(path)[1].concepts == ()
+def test_tables_without_ptbxl_plus_features_is_refused(ptbxl_sample, tmp_path):
     with pytest.raises(M.ManifestError, match="features"):
-        M.build_ptbxl_manifest(ptbxl_sample, tmp_path / "t", concepts="tables")
-    with pytest.raises(M.ManifestError, match="waveform_concepts"):
-        M.build_ptbxl_manifest(ptbxl_sample, tmp_path / "w", concepts="waveform")
+        build_ptbxl_manifest(ptbxl_sample, tmp_path / "t", concepts="tables")
+    assert not (tmp_path / "t" / "manifest.parquet").exists()

@@ -12,13 +12,15 @@ import pandas as pd
 import pytest
 
 from raybench.analysis import bootstrap as bs
+from raybench.analysis import packed_stats, streams
 from raybench.analysis import randomness as rnd
 from raybench.analysis import stats as st
-from raybench.analysis.metrics import patient_sums, reproducibility, trapezoid_auc
+from raybench.analysis.metrics import reproducibility, trapezoid_auc
 from raybench.analysis.tables import analyze_run
+from raybench.atomic import read_json, write_json, write_table
 from raybench.config import EvalProtocol, GridProtocol, InferenceProtocol, Protocol
-from raybench.io import read_json, write_json, write_table
 from raybench.paths import RunLayout
+from raybench.sufficient_stats import patient_stats
 
 MODELS = ("csfm", "ecg_jepa")
 CONCEPTS = ["qrs_duration", "hr_ventricular", "t_amp_global"]
@@ -66,7 +68,7 @@ def _fake_cells(root: Path, protocol: Protocol, n_patients: int) -> None:
         cdir.mkdir(parents=True)
         a = (0.5 + 0.2 * q + 0.1 * e) * y + rng.normal(size=y.shape)
         err = rng.gamma(2.0, 0.05 * (1 + (m == "csfm")), size=len(patient))
-        np.savez(cdir / "patient_stats.npz", **patient_sums(patient, n_patients, a, y, err,
+        np.savez(cdir / "patient_stats.npz", **patient_stats(patient, n_patients, a, y, err,
                                                            rng.gamma(2.0, 1.0, size=len(patient)) + err))
         cols = rng.normal(size=(D_MODEL, TOP + 2))
         np.savez(cdir / "decoder_top.npz", columns=cols / np.linalg.norm(cols, axis=0), indices=np.arange(TOP + 2))
@@ -134,11 +136,12 @@ def test_first_patient_draws_rederive_and_are_the_ones_used(analyzed):
     # the bootstrap's first draws are exactly these counts: recompute one cell's metrics from them
     cells = pd.read_parquet(layout.cells_table)
     path = layout.root / cells.cell_dir.iloc[0] / "patient_stats.npz"
-    stats = bs.load_patient_stats([path], [cells.cell_id.iloc[0]], len(CONCEPTS), protocol.eval.coverage_threshold)
+    stats = packed_stats.load_packed_stats([path], [cells.cell_id.iloc[0]], len(CONCEPTS),
+                                           protocol.eval.coverage_threshold)
     full = np.zeros((len(head), stats.n_patients))
     full[:, drawn] = head
-    from_file = bs.metrics_from_weighted(full @ stats.y_matrix, full @ stats.cell_blocks[0], stats.cell_group,
-                                         len(CONCEPTS), stats.threshold)
+    from_file = packed_stats.metrics_from_weighted(full @ stats.y_matrix, full @ stats.cell_blocks[0],
+                                                   stats.cell_group, len(CONCEPTS), stats.threshold)
     used = bs.patient_bootstrap(stats, inf.patient_draws, inf.seed, inf.chunk_draws, stream=inf.stream)
     np.testing.assert_allclose(used[:len(head)], from_file, rtol=0, atol=1e-12)
     other = dict(rec, patient_bootstrap=dict(rec["patient_bootstrap"], seed=inf.seed + 1))
@@ -168,7 +171,7 @@ def test_crossed_table_recomputes_from_the_saved_draws(analyzed):
     if rec["stream"] == "published":
         draws = bs.crossed_values_published(units, di, si)
     else:
-        draws = bs.crossed_values(units, bs.index_counts(di, 2), bs.index_counts(si, 3))
+        draws = bs.crossed_values(units, streams.index_counts(di, 2), streams.index_counts(si, 3))
     lo, hi = st.percentile_ci(draws, protocol.inference.ci_low, protocol.inference.ci_high)
     got = out["crossed"][out["crossed"].metric == "reconstruction"].set_index("model")
     for i, m in enumerate(MODELS):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import sys
-import types
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -17,8 +15,8 @@ from fake_run import small_protocol, write_fake_run
 from raybench.analysis.audit import cell_label
 from raybench.analysis.figures import FIGURES, make_figures
 from raybench.analysis.report import SECTIONS, render_report
+from raybench.atomic import write_table
 from raybench.cli import main
-from raybench.io import write_table
 from raybench.paths import RunLayout
 
 CORE = ["summary", "audit", "profiles", "contrasts", "curves", "depth", "concepts", "stability", "reproducibility",
@@ -119,7 +117,7 @@ def test_optional_sections_are_data_driven(tmp_path):
 def with_png(folder: Path) -> Path:
     from matplotlib.figure import Figure
 
-    from raybench.analysis.figures import save_figure
+    from raybench.analysis.plotting import save_figure
 
     fig = Figure(figsize=(2, 2))
     fig.subplots().plot([0, 1], [1, 0])
@@ -159,6 +157,14 @@ def test_report_command(tmp_path):
     assert res.exit_code == 2 and "is not a folder" in res.output
 
 
+def _fake_analysis(monkeypatch, analyze_run) -> None:
+    """The analyze stage with `analyze_run` standing in for the tables and no secondary analyses."""
+    import raybench.analysis.stage as stage
+
+    monkeypatch.setattr(stage, "analyze_run", analyze_run)
+    monkeypatch.setattr(stage, "run_secondary", lambda root, protocol, cfg: {})
+
+
 def test_analyze_command_runs_every_stage(tmp_path, monkeypatch):
     """analyze: config from run.yaml -> init_ray -> analyze_run -> figures, audit, report."""
     root = write_fake_run(tmp_path / "run", small_protocol(), cohort_kind="ptbxl", tables=())
@@ -169,7 +175,7 @@ def test_analyze_command_runs_every_stage(tmp_path, monkeypatch):
         write_fake_run(run_root, small_protocol(), cohort_kind="ptbxl", tables=("cells", "profiles"), run_yaml=False)
         return {"cells": None, "profiles": None}
 
-    monkeypatch.setitem(sys.modules, "raybench.analysis.tables", types.SimpleNamespace(analyze_run=analyze_run))
+    _fake_analysis(monkeypatch, analyze_run)
     import raybench.ray_session
 
     monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: calls.setdefault("ray", resources))
@@ -197,7 +203,7 @@ def test_analyze_with_explicit_config(tmp_path, monkeypatch):
         write_fake_run(run_root, protocol, tables=("cells",), run_yaml=False)
         return {"cells": None}
 
-    monkeypatch.setitem(sys.modules, "raybench.analysis.tables", types.SimpleNamespace(analyze_run=analyze_run))
+    _fake_analysis(monkeypatch, analyze_run)
     import raybench.ray_session
 
     monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)

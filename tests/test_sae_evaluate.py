@@ -10,14 +10,7 @@ import torch
 from scipy.stats import pearsonr
 
 from raybench.config import EvalProtocol
-from raybench.sae.cellio import (
-    CELL_FILES,
-    load_cell_metrics,
-    load_cell_sae,
-    load_decoder_top,
-    load_patient_stats,
-    save_cell,
-)
+from raybench.sae.cell_files import CELL_FILES, load_cell_metrics, load_cell_sae, save_cell
 from raybench.sae.evaluate import encode_split, evaluate_cell, pearson_from_sums
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE
 
@@ -172,11 +165,11 @@ def test_cell_roundtrip_is_complete_and_atomic(tmp_path):
     m = load_cell_metrics(cell)
     assert m["val_r2"] == pytest.approx(ev.metrics["val_r2"]) and m["train_seconds"] == 1.5
     assert m["selected"] == ev.selected.tolist()
-    stats = load_patient_stats(cell)
-    np.testing.assert_array_equal(stats["corr"], ev.patient_corr)
-    np.testing.assert_array_equal(stats["n"], ev.patient_n)
-    top = load_decoder_top(cell)
-    np.testing.assert_array_equal(top["idx"], ev.decoder_top_idx)
+    with np.load(cell / "patient_stats.npz") as stats:
+        np.testing.assert_array_equal(stats["corr"], ev.patient_corr)
+        np.testing.assert_array_equal(stats["n"], ev.patient_n)
+    with np.load(cell / "decoder_top.npz") as top:
+        np.testing.assert_array_equal(top["idx"], ev.decoder_top_idx)
     cfg_on_disk = json.loads((cell / "cfg.json").read_text())
     assert (cfg_on_disk["d"], cfg_on_disk["n_latents"], cfg_on_disk["k"]) == (D, N, K)
     assert cfg_on_disk["model"] == "csfm"
@@ -184,15 +177,15 @@ def test_cell_roundtrip_is_complete_and_atomic(tmp_path):
     def boom(*_a, **_k):
         raise RuntimeError("killed mid-write")
 
-    import raybench.sae.cellio as cellio
+    import raybench.sae.cell_files as cell_files
 
-    orig = cellio.np.savez
-    cellio.np.savez = boom
+    orig = cell_files.np.savez
+    cell_files.np.savez = boom
     try:
         with pytest.raises(RuntimeError):
             save_cell(cell, sae.single(1), cfg, ev, normalizer=norm)
     finally:
-        cellio.np.savez = orig
+        cell_files.np.savez = orig
     assert torch.equal(load_cell_sae(cell)[0].W_enc[0], sae.W_enc[0])  # old complete cell untouched
     assert [p.name for p in cell.parent.iterdir()] == [cell.name]
     with pytest.raises(ValueError, match="overwrite"):

@@ -9,9 +9,10 @@ import pytest
 import torch
 from scipy.optimize import linear_sum_assignment
 
-import raybench.sae.train as train_mod
+import raybench.sae.sparse_grads as sparse_grads
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
-from raybench.sae.train import _Stepper, train_stack
+from raybench.sae.step import Stepper
+from raybench.sae.train import train_stack
 
 
 def _cfg(seed: int, **kw) -> SAECellConfig:
@@ -55,7 +56,7 @@ def test_unit_decoder_dead_counter_and_auxk_on_planted_dead_latent(impl):
     with torch.no_grad():  # planted: tiny positive pre-activations that never win the batch top-k
         sae.W_enc[0, j] = 0.0
         sae.b_enc[0, j] = 1e-3
-    stepper = _Stepper(sae, [cfg], impl)
+    stepper = Stepper(sae, [cfg], impl)
     rng = np.random.default_rng(3)
     x = rng.normal(size=(8 * 32, cfg.d)).astype(np.float32)
     for t in range(1, 8):
@@ -79,7 +80,7 @@ def test_unit_decoder_dead_counter_and_auxk_on_planted_dead_latent(impl):
 def test_dead_counter_resets_when_latent_fires():
     cfg = _cfg(2, n_latents=16, k=2, dead_after_batches=2)
     sae = StackedBatchTopKSAE.from_seeds([cfg.seed], cfg.d, cfg.n_latents, cfg.k)
-    stepper = _Stepper(sae, [cfg], "sparse")
+    stepper = Stepper(sae, [cfg], "sparse")
     stepper.dead_counter[0].fill_(10)
     x = torch.from_numpy(_data(32)).unsqueeze(0)
     codes, _ = sae.encode(x)
@@ -106,7 +107,7 @@ def test_stacked_equals_separate_runs():
 
 @pytest.mark.parametrize("aux_block_ratio", [16, 0])  # AuxK as a dense block over touched latents / as entries
 def test_sparse_path_equals_dense_reference(aux_block_ratio, monkeypatch):
-    monkeypatch.setattr(train_mod, "AUX_BLOCK_MAX_RATIO", aux_block_ratio)
+    monkeypatch.setattr(sparse_grads, "AUX_BLOCK_MAX_RATIO", aux_block_ratio)
     x = _data()
     cfgs = [_cfg(s, steps=30, dead_after_batches=2) for s in (21, 22)]
     sp = train_stack(x, cfgs, implementation="sparse")
@@ -122,7 +123,7 @@ def test_sparse_path_equals_dense_reference(aux_block_ratio, monkeypatch):
 @pytest.mark.parametrize("aux_block_ratio", [16, 0])
 def test_sparse_path_equals_dense_reference_to_float64_rounding(aux_block_ratio, monkeypatch):
     """In float64 the two paths agree to ~1e-12 over the whole run: the float32 gap is rounding, not maths."""
-    monkeypatch.setattr(train_mod, "AUX_BLOCK_MAX_RATIO", aux_block_ratio)
+    monkeypatch.setattr(sparse_grads, "AUX_BLOCK_MAX_RATIO", aux_block_ratio)
     x = _data()
     cfgs = [_cfg(s, steps=30, dead_after_batches=2) for s in (21, 22)]
     sp = train_stack(x, cfgs, implementation="sparse", dtype=torch.float64)
@@ -152,8 +153,8 @@ def test_resume_from_checkpoint_is_exact():
 def test_auto_implementation_picks_by_code_density():
     dense_codes = StackedBatchTopKSAE.from_seeds([1], 16, 64, 4)  # k/N = 1/16
     sparse_codes = StackedBatchTopKSAE.from_seeds([1], 16, 256, 4)  # k/N = 1/64
-    assert _Stepper(dense_codes, [_cfg(1, k=4)], "auto").impl == "dense"
-    assert _Stepper(sparse_codes, [_cfg(1, n_latents=256, k=4)], "auto").impl == "sparse"
+    assert Stepper(dense_codes, [_cfg(1, k=4)], "auto").impl == "dense"
+    assert Stepper(sparse_codes, [_cfg(1, n_latents=256, k=4)], "auto").impl == "sparse"
 
 
 def test_config_errors():

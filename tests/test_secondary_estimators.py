@@ -9,30 +9,34 @@ from scipy.stats import ortho_group
 from sklearn.linear_model import Ridge
 from sklearn.preprocessing import StandardScaler
 
-from raybench.analysis.secondary import SecondaryConfig, concept_families
+from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import (
     batch_topk_codes,
-    centroid_intervention,
-    common_effect,
-    corr_sums,
     draw_corr,
     feature_concept_corr,
-    gram_stats,
     linear_cka,
-    paired_corr,
     random_directions,
     rank_features,
     reconstruct_limb_leads,
+    temporal_harmonize,
+)
+from raybench.analysis.secondary.matched_effect import (
+    centroid_intervention,
+    common_effect,
     record_metrics,
+    wrong_behavior_index,
+)
+from raybench.analysis.secondary.ridge import (
+    gram_stats,
     ridge_fit,
     ridge_predict,
     ridge_readout,
     ridge_solve,
-    temporal_harmonize,
     topm_ridge_test_r,
-    wrong_behavior_index,
 )
+from raybench.cohorts.panel import concept_families
 from raybench.cohorts.waveforms import LEADS
+from raybench.sufficient_stats import paired_corr, patient_stats
 
 
 def _data(seed: int = 0, n: int = 120, p: int = 7, c: int = 3):
@@ -141,11 +145,11 @@ def test_batch_topk_codes_keep_the_batch_top_entries():
         np.testing.assert_allclose(got, expect, rtol=1e-6)
 
 
-def test_bootstrap_corr_sums_reweight_like_duplicated_records():
+def test_bootstrap_of_patient_sums_reweights_like_duplicated_records():
     rng = np.random.default_rng(6)
     a, y = rng.normal(size=(30, 2)), rng.normal(size=(30, 2))
     codes = np.repeat(np.arange(10), 3)
-    sums = corr_sums(a, y, codes, 10)
+    sums = patient_stats(codes, 10, a, y)
     np.testing.assert_allclose(draw_corr(np.ones((1, 10)), sums)[0], paired_corr(a, y), atol=1e-12)
     w = np.array([[2, 0, 1, 0, 0, 3, 1, 1, 1, 1]], dtype=float)
     rows = np.concatenate([np.flatnonzero(codes == p).repeat(1) for p in range(10) for _ in range(int(w[0, p]))])

@@ -184,7 +184,7 @@ def test_refuses_to_replace_a_folder_that_is_not_a_synthetic_cohort(tmp_path, mo
 
 def test_drawn_qrs_amplitudes_and_exact_qrs_extent():
     """Q/S table values are what the beat shows; every lead's QRS deflection spans exactly [0, QRS_Dur]."""
-    from raybench.cohorts.synth import _beat_waves, drawn_qrs_amplitudes
+    from raybench.cohorts.synth_beats import beat_waves, drawn_qrs_amplitudes
 
     q, s = drawn_qrs_amplitudes(np.array([0.0, -0.5, -0.2]), np.array([1.0, 0.0, 1.0]), np.array([-0.3, 0.0, 0.0]),
                                 np.zeros(3))
@@ -195,7 +195,7 @@ def test_drawn_qrs_amplitudes_and_exact_qrs_extent():
     start = np.array([-pr, 0.0, 0.0, 0.42 * d, qt - t_dur])
     dur = np.array([100.0, 0.25 * d, 0.62 * d, 0.58 * d, t_dur])
     t = np.arange(-pr - 5, qt + 5, 0.25)
-    waves = _beat_waves(t, start, dur, d, qt)  # [6, T]: P Q R S T ST
+    waves = beat_waves(t, start, dur, d, qt)  # [6, T]: P Q R S T ST
     qrs = np.abs(waves[1:4]).sum(0)
     inside = t[qrs > 1e-9]
     assert inside.min() == pytest.approx(0.0, abs=0.5) and inside.max() == pytest.approx(d, abs=0.5)

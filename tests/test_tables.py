@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raybench.analysis.metrics import patient_sums
 from raybench.analysis.tables import PUBLISHED, TABLE_COLUMNS, analyze_run
+from raybench.atomic import write_json, write_table
 from raybench.config import EvalProtocol, GridProtocol, InferenceProtocol, Protocol
-from raybench.io import write_json, write_table
 from raybench.paths import RunLayout
+from raybench.sufficient_stats import patient_stats
 
 MODELS = ("csfm", "ecg_jepa", "st_mem")
 SKILL = {"ecg_jepa": 0.9, "st_mem": 0.45, "csfm": 0.35}  # ecg_jepa planted best on every metric
@@ -56,7 +56,7 @@ def _fake_run(root: Path, protocol: Protocol, fail: tuple = ()) -> Path:
         a = skill * y + rng.normal(size=y.shape)
         err = rng.gamma(2.0, ERR[m] * (1 + 0.1 * np.log2(e)), size=r)
         dev = rng.gamma(2.0, 1.0, size=r) + err
-        stats = patient_sums(patient, P, a, y, err, dev)
+        stats = patient_stats(patient, P, a, y, err, dev)
         np.savez(cdir / "patient_stats.npz", **stats)
         cols = shared[m][:, rng.permutation(3 * M_TOP)[:M_TOP + s]] + 0.1 * rng.normal(size=(D, M_TOP + s))
         np.savez(cdir / "decoder_top.npz", columns=cols / np.linalg.norm(cols, axis=0), indices=np.arange(M_TOP + s))
@@ -107,7 +107,7 @@ def test_every_table_with_exact_columns(analyzed):
     assert len(out["arm"]) == len(MODELS) * 2 * 3
     conc = out["concepts"]
     fam = dict(zip(conc.concept, conc.family, strict=True))
-    assert fam["qrs_duration"] == "INTERVAL" and fam["st_amp_global_mv"] == "WAVEFORM"
+    assert fam["qrs_duration"] == "INTERVAL" and fam["st_amp_global_mv"] == "ST_T"
     assert (out["crossed"].ci_low <= out["crossed"].auc).all() and (out["crossed"].auc <= out["crossed"].ci_high).all()
 
 

@@ -9,18 +9,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raybench.cohorts.panel import WAVEFORM_CONCEPTS
-from raybench.cohorts.waveform_concepts import (
-    ConceptError,
-    _baseline,
-    _global_abs,
-    _point,
-    _qrs_bounds,
-    _r_apex,
-    _spatial_slope,
-    extract_concepts,
+from raybench.cohorts.extractor_refined import (
+    beat_baseline,
+    beat_points,
+    global_abs,
     measure_record,
+    qrs_bounds,
+    r_apex,
+    spatial_slope,
 )
+from raybench.cohorts.extractor_rules import ConceptError
+from raybench.cohorts.panel import WAVEFORM_CONCEPTS
+from raybench.cohorts.waveform_concepts import extract_concepts
 from raybench.cohorts.waveforms import LEADS
 
 FS = 500.0
@@ -104,9 +104,9 @@ def write_wfdb(folder: Path, name: str, signal: np.ndarray, fs: float = FS, lead
 
 
 def test_point_pads_front_when_neurokit_dropped_sample_zero():
-    assert np.array_equal(_point({"k": [5.0, 9.0]}, "k", 3), np.array([np.nan, 5.0, 9.0]), equal_nan=True)
-    assert np.array_equal(_point({}, "k", 2), np.array([np.nan, np.nan]), equal_nan=True)
-    assert _point({"k": [1.0, 2.0, 3.0]}, "k", 2).tolist() == [1.0, 2.0]
+    assert np.array_equal(beat_points({"k": [5.0, 9.0]}, "k", 3), np.array([np.nan, 5.0, 9.0]), equal_nan=True)
+    assert np.array_equal(beat_points({}, "k", 2), np.array([np.nan, np.nan]), equal_nan=True)
+    assert beat_points({"k": [1.0, 2.0, 3.0]}, "k", 2).tolist() == [1.0, 2.0]
 
 
 def test_qrs_bounds_take_the_slope_cluster_around_r():
@@ -117,10 +117,10 @@ def test_qrs_bounds_take_the_slope_cluster_around_r():
     mag[100:140] = 0.2  # a P wave: significant, but 60 ms away from the QRS
     mag[340:400] = 0.3  # an ST/T slope 40 ms after the QRS end
     mag[150] = 0.9  # a single noisy sample is never a bound
-    assert _qrs_bounds(mag, r=253, lo_limit=0, hi_limit=600, fs=fs) == (200.0, 300.0)
+    assert qrs_bounds(mag, r=253, lo_limit=0, hi_limit=600, fs=fs) == (200.0, 300.0)
     # limits (halfway to the neighbouring beats) and the search window bound the result
-    assert _qrs_bounds(mag, r=253, lo_limit=220, hi_limit=600, fs=fs) == (220.0, 300.0)
-    assert all(math.isnan(v) for v in _qrs_bounds(np.zeros(600), r=253, lo_limit=0, hi_limit=600, fs=fs))
+    assert qrs_bounds(mag, r=253, lo_limit=220, hi_limit=600, fs=fs) == (220.0, 300.0)
+    assert all(math.isnan(v) for v in qrs_bounds(np.zeros(600), r=253, lo_limit=0, hi_limit=600, fs=fs))
 
 
 def test_spatial_slope_sees_an_end_that_lead_ii_does_not_show():
@@ -135,7 +135,7 @@ def test_spatial_slope_sees_an_end_that_lead_ii_does_not_show():
     sig = np.zeros((12, t.size))
     sig[LEADS.index("II")] = 1.2 * hann(400, 60)  # QRS 400..460 ms in lead II only
     sig[LEADS.index("V1")] = 0.2 * hann(400, 60) - 1.0 * hann(440, 60)  # rS: ends at 500 ms
-    on, off = _qrs_bounds(_spatial_slope(sig, fs), r=215, lo_limit=0, hi_limit=500, fs=fs)
+    on, off = qrs_bounds(spatial_slope(sig, fs), r=215, lo_limit=0, hi_limit=500, fs=fs)
     assert abs(on * 2 - 400) <= 6 and abs(off * 2 - 500) <= 6
 
 
@@ -143,9 +143,9 @@ def test_r_apex_is_lead_ii_positive_peak_within_the_qrs():
     lead = np.zeros(100)
     lead[40:45] = [0.05, 0.1, 0.15, 0.1, 0.05]  # small r (apex 42) ...
     lead[45:60] = -0.8  # ... then a deep S where a detector may have marked the beat
-    assert _r_apex(lead, 0.0, r=50, on=38.0, off=62.0) == 42
-    assert _r_apex(-np.abs(lead), 0.0, r=50, on=38.0, off=62.0) == 50  # QS complex: keep the detector's
-    assert _r_apex(lead, 0.0, r=50, on=math.nan, off=62.0) == 50
+    assert r_apex(lead, 0.0, r=50, on=38.0, off=62.0) == 42
+    assert r_apex(-np.abs(lead), 0.0, r=50, on=38.0, off=62.0) == 50  # QS complex: keep the detector's
+    assert r_apex(lead, 0.0, r=50, on=math.nan, off=62.0) == 50
 
 
 def test_baseline_and_global_abs_use_pr_segment():
@@ -153,11 +153,11 @@ def test_baseline_and_global_abs_use_pr_segment():
     sig = np.zeros((12, 400))
     sig[:, :] = np.arange(12)[:, None] * 0.1  # per-lead offsets
     sig[3, 200] = -2.0  # the largest deviation, negative, in lead aVR
-    base = _baseline(sig, r=200, qrs_on=180.0, fs=fs)  # window 150..174 ms
+    base = beat_baseline(sig, r=200, qrs_on=180.0, fs=fs)  # window 150..174 ms
     assert np.allclose(base, np.arange(12) * 0.1)
-    assert _global_abs(sig, base, 200.0) == pytest.approx(2.3)
-    assert math.isnan(_global_abs(sig, base, 400.0))
-    assert math.isnan(_global_abs(sig, base, math.nan))
+    assert global_abs(sig, base, 200.0) == pytest.approx(2.3)
+    assert math.isnan(global_abs(sig, base, 400.0))
+    assert math.isnan(global_abs(sig, base, math.nan))
 
 
 # ---- recovery on generated clean records ----------------------------------------------------------

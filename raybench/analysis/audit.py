@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from raybench.atomic import write_json
 from raybench.config import ConfigError, GridProtocol, Protocol, from_dict, k_for, layer_for_depth
-from raybench.io import write_json
 from raybench.paths import RunLayout
 
 log = logging.getLogger(__name__)

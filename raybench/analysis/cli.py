@@ -1,13 +1,18 @@
-"""`raybench analyze` (tables -> figures -> audit -> report) and `raybench report` (re-render only)."""
+"""`raybench analyze` (the analyze stage: tables -> secondary analyses -> figures -> audit -> report, the same
+sequence `raybench grid` runs) and `raybench report` (re-render only)."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from raybench.config import RunConfig
+
+if TYPE_CHECKING:
+    from raybench.analysis.stage import Rendered
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +35,11 @@ def _local_dir(run_dir: str) -> Path:
     return path
 
 
-def _render(root: Path, cfg: RunConfig | None) -> None:
-    from raybench.analysis.audit import release_audit
-    from raybench.analysis.figures import make_figures
-    from raybench.analysis.report import render_report
-
-    figures = make_figures(root)
-    click.echo(f"figures: {len(figures)} files in {root / 'figures'}")
-    if cfg is not None:
-        audit = release_audit(root, cfg.protocol)
-        click.echo(f"release audit: {audit.summary}")
-    report = render_report(root)
-    click.echo(f"report: {report}")
+def _echo_rendered(rendered: Rendered, root: Path) -> None:
+    click.echo(f"figures: {len(rendered.figures)} files in {root / 'figures'}")
+    if rendered.audit is not None:
+        click.echo(f"release audit: {rendered.audit.summary}")
+    click.echo(f"report: {rendered.report}")
 
 
 @click.command()
@@ -59,19 +57,18 @@ def analyze(run_dir: str, config_path: str | None, num_workers: int | None, stri
     """Compute the analysis tables (Ray bootstraps), then figures, the release audit and report.html."""
     _logging(verbose)
     root = _local_dir(run_dir)
-    cfg = resolve_config(run_dir, config_path)
+    cfg = resolve_config(run_dir, config_path)  # the run's own run.yaml unless --config
     from raybench.analysis.completeness import IncompleteGridError
-    from raybench.analysis.tables import analyze_run
-    from raybench.ray_session import init_ray
+    from raybench.analysis.stage import run_analyze_stage
 
-    init_ray(cfg.resources)
     try:
-        tables = analyze_run(root, cfg.protocol, num_workers=num_workers, cohort_kind=cfg.cohort.kind,
-                             allow_incomplete=allow_incomplete)
+        result = run_analyze_stage(cfg, num_workers=num_workers, allow_incomplete=allow_incomplete)
     except IncompleteGridError as err:
         raise click.ClickException(str(err)) from None
-    click.echo(f"tables: {', '.join(sorted(tables))}")
-    _render(root, cfg)
+    click.echo(f"tables: {', '.join(sorted(result.tables))}")
+    if result.secondary:
+        click.echo(f"secondary tables: {', '.join(sorted(result.secondary))}")
+    _echo_rendered(result.rendered, root)
     _exit_on_audit(root, strict)
 
 
@@ -83,12 +80,14 @@ def report(run_dir: str, strict: bool, verbose: bool) -> None:
     """Re-draw figures and re-render report.html from existing tables (no recomputation, no Ray)."""
     _logging(verbose)
     root = _local_dir(run_dir)
-    cfg = None
+    from raybench.analysis.stage import render_outputs
+
+    protocol = None
     if (root / "run.yaml").exists():
-        cfg = resolve_config(run_dir, None)
+        protocol = resolve_config(run_dir, None).protocol
     else:
         click.echo("no run.yaml: keeping any existing release audit (tables/audit.json)")
-    _render(root, cfg)
+    _echo_rendered(render_outputs(root, protocol), root)
     _exit_on_audit(root, strict)
 
 

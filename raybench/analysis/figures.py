@@ -1,73 +1,44 @@
 """Figures of a finished run, drawn from its tables (PNG + SVG, byte-identical on rerun).
 
-Uses matplotlib's object API with the Agg canvas (no pyplot state), a fixed SVG hash salt and no
-date metadata, so rerunning `raybench report` leaves identical files. A figure whose tables are
-missing or empty is skipped with a logged note; every figure takes any number of models.
+The settings, writer, labels and shared panels are plotting.py's. A figure whose tables are missing or
+empty is skipped with a logged note; every figure takes any number of models. FIGURES lists the base
+tables' figures here and the paper analyses' (paper_figures.py).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from raybench.io import atomic_path
+from raybench.analysis.paper_figures import PAPER_FIGURES
+from raybench.analysis.plotting import (
+    METRICS,
+    RC,
+    FigureSpec,
+    Tables,
+    error_bars,
+    expansion_axis,
+    expansion_pairs_axis,
+    forest_panel,
+    legend_below,
+    load_tables,
+    metric_label,
+    metric_order,
+    model_label,
+    models_in,
+    palette,
+    panel_grid,
+    save_figure,
+)
 from raybench.paths import RunLayout
 
 log = logging.getLogger(__name__)
-
-METRICS = ("reconstruction", "accessibility", "coverage")
-METRIC_LABELS = {"reconstruction": "Reconstruction R²", "accessibility": "Accessibility (mean |r|)",
-                 "coverage": "Coverage (|r| ≥ .20)", "val_r2": "Validation R²",
-                 "val_dead_fraction": "Validation dead fraction"}
-MODEL_LABELS = {"csfm": "CSFM", "cardiac_fm": "CARDIAC-FM", "ecg_fm": "ECG-FM", "ecg_jepa": "ECG-JEPA",
-                "hubert_ecg": "HuBERT-ECG", "st_mem": "ST-MEM"}
-RC = {
-    "svg.hashsalt": "raybench",  # fixed ids in SVG output
-    "svg.fonttype": "none",  # text stays text in SVG (small, searchable)
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "figure.dpi": 100,
-    "savefig.dpi": 150,
-    "image.cmap": "viridis",
-}
-METADATA = {"png": {"Software": "raybench"}, "svg": {"Date": None, "Creator": "raybench"}}
-
-
-def model_label(model: str) -> str:
-    return MODEL_LABELS.get(model, model)
-
-
-def metric_label(metric: str) -> str:
-    return METRIC_LABELS.get(metric, metric)
-
-
-# ---------------------------------------------------------------- registry
-
-Tables = dict[str, pd.DataFrame]
-
-
-@dataclass(frozen=True)
-class FigureSpec:
-    """One figure: file stem, the tables it needs, and a builder returning a Figure (None: nothing to draw)."""
-
-    stem: str
-    needs: tuple[str, ...]
-    build: Callable[[Tables], Figure | None]
-    caption: str = ""
 
 
 def make_figures(root: str | Path) -> list[Path]:
@@ -89,50 +60,7 @@ def make_figures(root: str | Path) -> list[Path]:
     return written
 
 
-def load_tables(tables_dir: Path, names: tuple[str, ...] | None = None) -> Tables:
-    """Read `<name>.parquet` tables that exist (all parquet files when `names` is None)."""
-    paths = sorted(tables_dir.glob("*.parquet")) if names is None else [tables_dir / f"{n}.parquet" for n in names]
-    return {p.stem: pd.read_parquet(p) for p in paths if p.exists()}
-
-
-def save_figure(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
-    """Save `fig` as `<stem>.png` and `<stem>.svg` atomically, with deterministic metadata."""
-    FigureCanvasAgg(fig)
-    paths = []
-    with matplotlib.rc_context(RC):
-        fig.draw_without_rendering()  # run the constrained layout once, then freeze it for both formats
-        fig.set_layout_engine("none")
-        for ext in ("png", "svg"):
-            path = out_dir / f"{stem}.{ext}"
-            with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=ext, metadata=METADATA[ext])
-            paths.append(path)
-    return paths
-
-
 # ---------------------------------------------------------------- helpers
-
-def _palette(models: list[str]) -> dict[str, tuple]:
-    cmap = matplotlib.colormaps["tab10" if len(models) <= 10 else "tab20"]
-    return {m: cmap(i % cmap.N) for i, m in enumerate(models)}
-
-
-def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
-    cols = max(1, min(n, max_cols))
-    return math.ceil(n / cols), cols
-
-
-def _models(*frames: pd.DataFrame) -> list[str]:
-    return sorted(set().union(*(set(f["model"].astype(str)) for f in frames if "model" in f)))
-
-
-def _expansion_axis(ax, expansions) -> None:
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(expansions))
-    ax.set_xticklabels([str(int(e)) for e in expansions])
-    ax.minorticks_off()
-    ax.set_xlabel("Expansion E = N/d")
-
 
 def _depth_scale(tables: Tables, metric: str) -> pd.DataFrame:
     """model, q, expansion, value for one metric: the depth_scale table, else the mean over ok primary cells."""
@@ -152,11 +80,11 @@ def _heatmaps(df: pd.DataFrame, metric: str, mark_peak: bool, cmap: str) -> Figu
     """One depth x E panel per model on a shared colour scale; optionally box each model's peak cell."""
     if df.empty:
         return None
-    models = _models(df)
+    models = models_in(df)
     qs = sorted(df.q.unique())
     es = sorted(df.expansion.unique())
     vmin, vmax = float(np.nanmin(df.value)), float(np.nanmax(df.value))
-    nrows, ncols = _grid(len(models))
+    nrows, ncols = panel_grid(len(models))
     fig = Figure(figsize=(3.2 * ncols + 0.8, 2.8 * nrows + 0.4), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
     image = None
@@ -188,12 +116,6 @@ def _heatmaps(df: pd.DataFrame, metric: str, mark_peak: bool, cmap: str) -> Figu
     return fig
 
 
-def _legend_below(fig: Figure, ax, n: int) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(n, 6), frameon=False)
-
-
 # ---------------------------------------------------------------- builders
 
 def fig_accessibility_heatmaps(t: Tables) -> Figure | None:
@@ -213,8 +135,8 @@ def fig_matched_scale_curves(t: Tables) -> Figure | None:
     metrics = [m for m in METRICS if (curves.metric == m).any()]
     if not metrics:
         return None
-    models = _models(curves)
-    colors = _palette(models)
+    models = models_in(curves)
+    colors = palette(models)
     fig = Figure(figsize=(3.6 * len(metrics), 3.4), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics, strict=True):
@@ -226,18 +148,11 @@ def fig_matched_scale_curves(t: Tables) -> Figure | None:
             ax.plot(g.expansion, g.value, marker="o", ms=3.5, lw=1.4, color=colors[model], label=model_label(model))
             if {"ci_low", "ci_high"} <= set(g) and g[["ci_low", "ci_high"]].notna().all().all():
                 ax.fill_between(g.expansion, g.ci_low, g.ci_high, color=colors[model], alpha=0.18, lw=0)
-        _expansion_axis(ax, sorted(sub.expansion.unique()))
+        expansion_axis(ax, sorted(sub.expansion.unique()))
         ax.set_title(metric_label(metric))
-    _legend_below(fig, axes[0], len(models))
+    legend_below(fig, axes[0], len(models))
     fig.suptitle("Matched-scale curves (bands: 95% patient-bootstrap CI)")
     return fig
-
-
-def error_bars(point, low, high) -> np.ndarray:
-    """[2, n] distances for errorbar. A percentile interval need not contain the point estimate (mean |r| is
-    biased upward under resampling), so a side that would be negative is drawn as zero."""
-    point, low, high = (np.asarray(a, dtype=float) for a in (point, low, high))
-    return np.clip(np.stack([point - low, high - point]), 0.0, None)
 
 
 def fig_forest_auc(t: Tables) -> Figure | None:
@@ -250,20 +165,13 @@ def fig_forest_auc(t: Tables) -> Figure | None:
     fig = Figure(figsize=(3.8 * len(metrics), 0.42 * n_models + 1.6), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics, strict=True):
-        sub = prof[prof.metric == metric].sort_values(["auc", "model"], ascending=[True, True])
-        y = np.arange(len(sub))
-        ax.errorbar(sub.auc, y, xerr=error_bars(sub.auc, sub.ci_low, sub.ci_high), fmt="o", color="C0",
-                    ms=4.5, capsize=2.5, label="patient bootstrap 95% CI")
+        sub = forest_panel(ax, prof[prof.metric == metric], f"{metric_label(metric)}: AUC over log E",
+                           "patient bootstrap 95% CI")
         if crossed is not None and (crossed.metric == metric).any():
             c = crossed[crossed.metric == metric].set_index("model").reindex(sub.model)
-            ax.errorbar(c.auc, y - 0.25, xerr=error_bars(c.auc, c.ci_low, c.ci_high), fmt="s", color="0.45",
-                        ms=3, capsize=2, label="crossed bootstrap 95% CI")
-        if "published" in sub and sub.published.notna().any():
-            ax.plot(sub.published, y + 0.22, "x", color="C3", ms=5, label="published")
-        ax.set_yticks(y, [model_label(m) for m in sub.model])
-        ax.set_ylim(-0.7, len(sub) - 0.3)
-        ax.set_title(f"{metric_label(metric)}: AUC over log E")
-    _legend_below(fig, axes[0], 3)
+            ax.errorbar(c.auc, np.arange(len(sub)) - 0.25, xerr=error_bars(c.auc, c.ci_low, c.ci_high), fmt="s",
+                        color="0.45", ms=3, capsize=2, label="crossed bootstrap 95% CI")
+    legend_below(fig, axes[0], 3)
     fig.suptitle("Common-scale summary (AUC_E), best model on top")
     return fig
 
@@ -300,15 +208,11 @@ def fig_rank_stability(t: Tables) -> Figure | None:
     x = {p: i for i, p in enumerate(pairs)}
     fig = Figure(figsize=(max(4.5, 0.55 * len(pairs) + 2), 3.4), layout="constrained")
     ax = fig.subplots()
-    for i, metric in enumerate(sorted(rs.metric.unique(), key=_metric_order)):
+    for i, metric in enumerate(sorted(rs.metric.unique(), key=metric_order)):
         sub = rs[rs.metric == metric]
         xs = [x[(int(a), int(b))] for a, b in zip(sub.expansion_a, sub.expansion_b, strict=True)]
         ax.plot(xs, sub.kendall_tau, marker="o", ms=4, color=f"C{i}", label=metric_label(metric))
-    ax.axhline(0, color="0.4", lw=0.8)
-    ax.set_ylim(-1.05, 1.05)
-    ax.set_xticks(range(len(pairs)), [f"{a}–{b}" for a, b in pairs], rotation=30)
-    ax.set_xlabel("Pair of expansions (E_a–E_b)")
-    ax.set_ylabel("Kendall τ between model orders")
+    expansion_pairs_axis(ax, pairs)
     ax.set_title("Rank stability across scale")
     ax.legend(frameon=False, fontsize=8)
     return fig
@@ -317,8 +221,8 @@ def fig_rank_stability(t: Tables) -> Figure | None:
 def fig_sensitivity_arm(t: Tables) -> Figure | None:
     arm = t["arm"]
     metrics = [m for m in METRICS if (arm.metric == m).any()] or sorted(arm.metric.unique())
-    models = _models(arm)
-    colors = _palette(models)
+    models = models_in(arm)
+    colors = palette(models)
     fig = Figure(figsize=(3.4 * len(metrics), 3.5), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics, strict=True):
@@ -335,15 +239,15 @@ def fig_sensitivity_arm(t: Tables) -> Figure | None:
         ax.set_xlabel("Primary arm (k = d/8)")
         ax.set_ylabel("Sensitivity arm (k = N/64)")
         ax.set_title(metric_label(metric))
-    _legend_below(fig, axes[0], len(models))
+    legend_below(fig, axes[0], len(models))
     fig.suptitle("Sparsity arm at the sensitivity depth (marker size grows with E)")
     return fig
 
 
 def fig_reproducibility(t: Tables) -> Figure | None:
     rep = t["reproducibility"]
-    models = _models(rep)
-    colors = _palette(models)
+    models = models_in(rep)
+    colors = palette(models)
     fig = Figure(figsize=(7.4, 3.4), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, col, title in ((axes[0], "excess", "Matched cosine above random floor"),
@@ -352,15 +256,11 @@ def fig_reproducibility(t: Tables) -> Figure | None:
         for model in models:
             s = g[g.model == model]
             ax.plot(s.expansion, s[col], marker="o", ms=3.5, color=colors[model], label=model_label(model))
-        _expansion_axis(ax, sorted(rep.expansion.unique()))
+        expansion_axis(ax, sorted(rep.expansion.unique()))
         ax.set_title(title + " (mean over depths)")
-    _legend_below(fig, axes[0], len(models))
+    legend_below(fig, axes[0], len(models))
     fig.suptitle("Seed reproducibility of decoder dictionaries")
     return fig
-
-
-def _metric_order(metric: str) -> tuple[int, str]:
-    return (METRICS.index(metric) if metric in METRICS else len(METRICS), metric)
 
 
 FIGURES: tuple[FigureSpec, ...] = (
@@ -381,14 +281,5 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("atlas_val_r2", ("cells",), fig_val_r2_atlas, "Validation R² atlas (depth x E per model)."),
     FigureSpec("atlas_dead_fraction", ("cells",), fig_dead_fraction_atlas,
                "Validation dead-latent fraction atlas (depth x E per model)."),
+    *PAPER_FIGURES,
 )
-
-
-def _paper_figures() -> tuple[FigureSpec, ...]:
-    """The paper analyses' figures (own module, keeps this one short; it imports nothing from here at load)."""
-    from raybench.analysis.paper_figures import PAPER_FIGURES
-
-    return tuple(FigureSpec(*spec) for spec in PAPER_FIGURES)
-
-
-FIGURES += _paper_figures()

@@ -1,6 +1,6 @@
 """Report sections of the paper analyses (paper_analyses.py) and of the grid's denominators (completeness.py).
 
-Imported at the end of report.py, where `register_section` puts each section in its place.
+PAPER_SECTIONS pairs each section with the section it goes in front of; report.py registers them.
 """
 
 from __future__ import annotations
@@ -10,16 +10,11 @@ import html
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.figures import model_label
-from raybench.analysis.report import Context, Section, _table_block, register_section
+from raybench.analysis.plotting import metric_label, model_label
+from raybench.analysis.report_html import table_block
+from raybench.analysis.report_sections import Context, Section
 
 SIG = 0.05
-
-
-def _metric(metric: str) -> str:
-    from raybench.analysis.figures import metric_label
-
-    return "Dead fraction" if metric == "dead_fraction" else metric_label(metric)
 
 
 def _esc(text: object) -> str:
@@ -54,7 +49,7 @@ def denominators_body(ctx: Context) -> str:
                          "rows": [len(flagged[n]) for n in short]})
     return ("<p class='badge warn'>Incomplete grid analyzed with --allow-incomplete: some estimates rest on fewer "
             "cells than the protocol's fixed denominator (n_present below n_expected). A common-scale AUC also "
-            "leaves out any depth with a missing E.</p>" + _table_block("short", rows, "Tables with short rows"))
+            "leaves out any depth with a missing E.</p>" + table_block("short", rows, "Tables with short rows"))
 
 
 def gate_summary(tables: dict[str, pd.DataFrame]) -> str:
@@ -79,10 +74,10 @@ def gate_body(ctx: Context) -> str:
                                                                                  strict=True)],
                          "cell pass fraction": gm.cell_pass_fraction,
                          "short denominator": np.where(gm.short_denominator.astype(bool), "short", "")})
-    out = [gate_summary(ctx.tables), _table_block("fidelity_gate_models", view, "Gate by model")]
+    out = [gate_summary(ctx.tables), table_block("fidelity_gate_models", view, "Gate by model")]
     if "fidelity_gate" in ctx.tables:
         gate = ctx.tables["fidelity_gate"]
-        out.append(_table_block("fidelity_gate", _flag_short(gate),
+        out.append(table_block("fidelity_gate", _flag_short(gate),
                                 f"Gate per model × depth × E on seed means ({len(gate)} rows)"))
     return "\n".join(out)
 
@@ -92,23 +87,23 @@ def crossed_contrasts_body(ctx: Context) -> str:
     con["significant (BH < .05)"] = np.where(ctx.tables["crossed_contrasts"].p_bh < SIG, "yes", "")
     counts = []
     for metric, g in ctx.tables["crossed_contrasts"].groupby("metric", sort=False):
-        counts.append(f"{_esc(_metric(metric))}: {int((g.p_bh < SIG).sum())} of {len(g)}")
+        counts.append(f"{_esc(metric_label(metric))}: {int((g.p_bh < SIG).sum())} of {len(g)}")
     return (f"<p>Contrasts surviving BH at .05 — {'; '.join(counts)}.</p>"
-            + _table_block("crossed_contrasts", con, f"Crossed-bootstrap contrasts ({len(con)} pairs)"))
+            + table_block("crossed_contrasts", con, f"Crossed-bootstrap contrasts ({len(con)} pairs)"))
 
 
 def arm_body(ctx: Context) -> str:
     ranks = ctx.tables["arm_rank_agreement"]
     summ = ranks.groupby("metric", sort=False).kendall_tau.agg(["median", "min"]).reset_index()
-    summ["metric"] = summ.metric.map(_metric)
+    summ["metric"] = summ.metric.map(metric_label)
     summ.columns = ["metric", "median Kendall τ", "minimum Kendall τ"]
-    out = [_table_block("arm_tau_summary", summ, "Model-order agreement between the arms (over E)")]
+    out = [table_block("arm_tau_summary", summ, "Model-order agreement between the arms (over E)")]
     for name, title in (("arm_rank_agreement", "Kendall τ per E"),
                         ("arm_auc_differences", "Common-scale AUC, fixed k/N − fixed k/d (paired-seed bootstrap)"),
                         ("arm_differences", "Per-cell arm differences (paired-seed bootstrap)")):
         if name in ctx.tables:
             df = _flag_short(ctx.tables[name])
-            out.append(_table_block(name, df, f"{title} ({len(df)} rows)"))
+            out.append(table_block(name, df, f"{title} ({len(df)} rows)"))
     return "\n".join(out)
 
 
@@ -119,7 +114,7 @@ def harmonization_concepts_body(ctx: Context) -> str:
         largest_abs_delta=("delta", lambda d: float(np.abs(d).max()))).reset_index()
     summ["model"] = summ.model.map(model_label)
     summ.columns = ["model", "protocol", "concepts", "BH-significant (q < .05)", "largest |Δ|r||"]
-    return _table_block("harmonization_concept_summary", summ, "Concept-level tests per model and protocol")
+    return table_block("harmonization_concept_summary", summ, "Concept-level tests per model and protocol")
 
 
 # ---------------------------------------------------------------- the sections
@@ -164,6 +159,3 @@ PAPER_SECTIONS: tuple[tuple[Section, str], ...] = (
              claims=("harmonization_concept_contrasts",), needs=("harmonization_concept_contrasts",)),
      "intervention"),
 )
-
-for _section, _before in PAPER_SECTIONS:
-    register_section(_section, before=_before)

@@ -16,10 +16,12 @@ import numpy as np
 import pandas as pd
 
 from raybench.analysis import paper_analyses as pa
-from raybench.analysis.bootstrap import METRIC_NAMES, crossed_bootstrap, crossed_values
+from raybench.analysis.bootstrap import crossed_bootstrap, crossed_values
 from raybench.analysis.completeness import attach, counts, finish, sum_of
+from raybench.analysis.packed_stats import METRIC_NAMES
+from raybench.analysis.streams import crossed_chunk_draws
+from raybench.atomic import read_json
 from raybench.config import Protocol
-from raybench.io import read_json
 from raybench.paths import RunLayout
 
 log = logging.getLogger(__name__)
@@ -29,8 +31,6 @@ Crossed = dict[str, tuple[list[str], np.ndarray, np.ndarray]]  # metric -> (mode
 
 def _crossed(values: np.ndarray, protocol: Protocol, num_workers: int | None) -> np.ndarray:
     """The crossed bootstrap with the base `crossed` table's arguments (same stream, seed and chunking)."""
-    from raybench.analysis.randomness import crossed_chunk_draws
-
     inf = protocol.inference
     return crossed_bootstrap(values, inf.crossed_draws, inf.seed, crossed_chunk_draws(inf.crossed_draws), num_workers,
                              stream=inf.stream)

@@ -29,10 +29,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.bootstrap import PatientStats, crossed_draw_indices, patient_draws
-from raybench.analysis.streams import PUBLISHED_ARMS, PUBLISHED_MODEL_NAMES, floor_seed
+from raybench.analysis.packed_stats import PatientStats
+from raybench.analysis.streams import (
+    PUBLISHED_ARMS,
+    PUBLISHED_MODEL_NAMES,
+    chunked_floor_seed,
+    crossed_chunk_draws,
+    crossed_draw_indices,
+    pair_floor_seeds,
+    patient_draws,
+)
+from raybench.atomic import atomic_path, write_json, write_text
 from raybench.config import Protocol
-from raybench.io import atomic_path, write_json, write_text
 from raybench.paths import RunLayout
 
 log = logging.getLogger(__name__)
@@ -63,23 +71,8 @@ GENERATORS = {
 }
 
 
-def crossed_chunk_draws(n_draws: int) -> int:
-    """Draws per task of the run's crossed bootstrap (the chunked stream's draws depend on it)."""
-    return max(1, n_draws // 4)
-
-
-def pair_floor_seeds(stream: str, model: str, layer: int, q: float, expansion: int, arm: str,
-                     seeds: Sequence[int]) -> list[int] | None:
-    """Published stream: the floor seed of each seed pair (i < j of `seeds` ascending); chunked: None."""
-    if stream != "published":
-        return None
-    return [floor_seed(model, layer, q, expansion, arm, a, b) for a, b in itertools.combinations(sorted(seeds), 2)]
-
-
 def floor_plan(ok: pd.DataFrame, protocol: Protocol) -> pd.DataFrame:
     """The permutation floor's generator seed per (model, depth, E, seed pair) of the primary arm."""
-    from raybench.analysis.tables import _repro_seed
-
     stream = protocol.inference.stream
     rows = []
     prim = ok[ok.arm == "primary"]
@@ -89,7 +82,7 @@ def floor_plan(ok: pd.DataFrame, protocol: Protocol) -> pd.DataFrame:
             continue
         layer = int(sub.layer.iloc[0]) if "layer" in sub else -1
         pairs = pair_floor_seeds(stream, m, layer, q, int(e), "primary", seeds)
-        block = _repro_seed(protocol.inference.seed, m, q, int(e))
+        block = chunked_floor_seed(protocol.inference.seed, m, q, int(e))
         for p, (a, b) in enumerate(itertools.combinations(seeds, 2)):
             rows.append((m, float(q), layer, int(e), "primary", a, b, stream,
                          int(pairs[p]) if pairs is not None else int(block)))
@@ -197,7 +190,7 @@ def write_secondary_randomness(root: str | Path, protocol: Protocol, scfg: Any) 
 
 
 def read_randomness(root: str | Path) -> dict[str, Any]:
-    from raybench.io import read_json
+    from raybench.atomic import read_json
 
     path = RunLayout.at(root).randomness_dir / "randomness.json"
     if not path.exists():

@@ -1,86 +1,28 @@
 """The run report: one self-contained, deterministic HTML file (figures embedded, no external resources).
 
-Sections are data: each names the figure and table stems it shows (glob patterns). Optional sections
-(secondary analyses another stage may add later) render only when one of their artifacts exists, and
-figures or tables that no section claims land in "Other results", so nothing written is left out.
+`render_report` walks the sections (report_sections.py, plus the paper analyses' sections of
+paper_report.py registered below) and renders each from the run's tables and figures with the HTML pieces of
+report_html.py; figures and tables that no section claims land in "Other results".
 """
 
 from __future__ import annotations
 
-import base64
-import fnmatch
 import html
-import importlib.metadata
-import json
-import logging
-import platform
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-import pandas as pd
-
-from raybench.analysis.audit import read_audit, read_run_yaml, release_audit, run_protocol, run_section
-from raybench.analysis.figures import FIGURES, METRICS, load_tables, metric_label, model_label
-from raybench.io import write_text
+from raybench.analysis.audit import read_audit, read_run_yaml, release_audit, run_protocol
+from raybench.analysis.figures import FIGURES
+from raybench.analysis.paper_report import PAPER_SECTIONS
+from raybench.analysis.plotting import load_tables
+from raybench.analysis.report_html import CSS, TEMPLATE, figure_html, table_block
+from raybench.analysis.report_sections import OTHER, SECTIONS, Context, Section, register_section
+from raybench.atomic import write_text
 from raybench.paths import RunLayout
 
-log = logging.getLogger(__name__)
-
 CAPTIONS = {spec.stem: spec.caption for spec in FIGURES}
-LARGE_TABLE_ROWS = 40  # longer tables go into a collapsed <details>
 
-
-@dataclass
-class Context:
-    """Everything a section renderer may read; built once per render."""
-
-    layout: RunLayout
-    tables: dict[str, pd.DataFrame]
-    figures: dict[str, Path]  # stem -> PNG path
-    run: dict[str, Any] | None
-    audit: dict[str, Any] | None
-    claimed_tables: set[str] = field(default_factory=set)
-    claimed_figures: set[str] = field(default_factory=set)
-    failures: dict[str, str] = field(default_factory=dict)  # failed secondary analysis -> reason
-
-    @property
-    def cohort_kind(self) -> str | None:
-        cohort = run_section(self.run, "cohort")
-        return None if cohort is None else str(cohort.get("kind"))
-
-    def match_tables(self, patterns: tuple[str, ...]) -> list[str]:
-        return _match(sorted(self.tables), patterns)
-
-    def match_figures(self, patterns: tuple[str, ...]) -> list[str]:
-        return _match(sorted(self.figures), patterns)
-
-
-@dataclass(frozen=True)
-class Section:
-    """A report section. `figures`/`tables` are glob patterns over stems; `body` adds custom HTML first."""
-
-    id: str
-    title: str
-    intro: str = ""
-    figures: tuple[str, ...] = ()
-    tables: tuple[str, ...] = ()
-    optional: bool = False  # omitted entirely unless some figure or table matches
-    body: Callable[[Context], str] | None = None
-    claims: tuple[str, ...] = ()  # tables shown by `body` (kept out of "Other results")
-    needs: tuple[str, ...] = ()  # tables `body` reads; without them the section says what is missing
-
-
-SECTIONS: list[Section] = []
-
-
-def register_section(section: Section, before: str | None = None) -> None:
-    """Add (or replace, by id) a report section; `before` names the section it goes in front of."""
-    SECTIONS[:] = [s for s in SECTIONS if s.id != section.id]
-    ids = [s.id for s in SECTIONS]
-    SECTIONS.insert(ids.index(before) if before in ids else len(SECTIONS), section)
+for _section, _before in PAPER_SECTIONS:
+    register_section(_section, before=_before)
 
 
 def render_report(root: str | Path) -> Path:
@@ -108,8 +50,6 @@ def render_report(root: str | Path) -> Path:
     return layout.report
 
 
-# ---------------------------------------------------------------- section rendering
-
 def _render_section(section: Section, ctx: Context) -> str | None:
     if section.id == OTHER.id:
         figs = [s for s in sorted(ctx.figures) if s not in ctx.claimed_figures]
@@ -130,210 +70,13 @@ def _render_section(section: Section, ctx: Context) -> str | None:
     absent = [t for t in section.needs if t not in ctx.tables or ctx.tables[t].empty]
     if section.body is not None and not absent:
         out.append(section.body(ctx))
-    out += [_figure_html(stem, ctx.figures[stem]) for stem in figs]
-    out += [_table_block(stem, ctx.tables[stem]) for stem in tabs]
+    out += [figure_html(stem, ctx.figures[stem], CAPTIONS.get(stem) or stem.replace("_", " ")) for stem in figs]
+    out += [table_block(stem, ctx.tables[stem]) for stem in tabs]
     if absent or (section.body is None and not figs and not tabs):
         wanted = absent or [*section.tables, *section.figures]
         out.append("<p class='note'>Not available in this run (no " + ", ".join(
             f"<code>{html.escape(w)}</code>" for w in wanted) + ").</p>")
     return "\n".join(out)
-
-
-def _figure_html(stem: str, png: Path) -> str:
-    data = base64.b64encode(png.read_bytes()).decode("ascii")
-    caption = CAPTIONS.get(stem) or stem.replace("_", " ")
-    return (f'<figure id="fig-{html.escape(stem)}"><img alt="{html.escape(stem)}" '
-            f'src="data:image/png;base64,{data}"><figcaption><b>{html.escape(stem)}</b>: '
-            f"{html.escape(caption)}</figcaption></figure>")
-
-
-def _table_block(name: str, df: pd.DataFrame, title: str | None = None) -> str:
-    label = html.escape(title or f"Table {name} ({len(df)} rows)")
-    if df.empty:
-        return f"<h3>{label}</h3><p class='note'>No rows.</p>"
-    table = _df_html(df)
-    if len(df) > LARGE_TABLE_ROWS:
-        return f"<details><summary>{label}</summary>{table}</details>"
-    return f"<h3>{label}</h3>{table}"
-
-
-def _df_html(df: pd.DataFrame) -> str:
-    """Floats to 3 decimals; p-values keep 3 significant digits so small ones stay visible."""
-    def fixed(v: float) -> str:
-        return "–" if not np.isfinite(v) else f"{v:.3f}"
-
-    def pval(v: float) -> str:
-        return "–" if not np.isfinite(v) else f"{v:.3g}"
-
-    pcols = {c: pval for c in df.columns if str(c) in ("p", "p_bh") or str(c).startswith("p_")}
-    return df.to_html(index=False, border=0, classes="tbl", float_format=fixed, formatters=pcols, na_rep="–",
-                      escape=True)
-
-
-def _kv_table(rows: list[tuple[str, Any]]) -> str:
-    cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
-    return f"<table class='tbl kv'>{cells}</table>"
-
-
-# ---------------------------------------------------------------- custom bodies
-
-def _summary_body(ctx: Context) -> str:
-    out = [_audit_badge(ctx.audit)]
-    if ctx.failures:
-        out.append(f"<p class='badge bad'>Secondary analyses failed ({len(ctx.failures)}):</p><ul>" + "".join(
-            f"<li><b>{html.escape(name)}</b>: {html.escape(reason)}</li>" for name, reason in ctx.failures.items())
-            + "</ul>")
-    prof = ctx.tables.get("profiles")
-    if prof is not None and not prof.empty:
-        items = []
-        for metric in [m for m in METRICS if (prof.metric == m).any()]:
-            best = prof[prof.metric == metric].sort_values(["auc", "model"], ascending=[False, True]).iloc[0]
-            items.append(f"<li>{html.escape(metric_label(metric))}: best <b>{html.escape(model_label(best.model))}"
-                         f"</b> (AUC {best.auc:.3f}, 95% CI {best.ci_low:.3f}–{best.ci_high:.3f}"
-                         + (f", P(rank 1) {best.rank1_prob:.2f}" if pd.notna(best.get("rank1_prob")) else "")
-                         + ")</li>")
-        out.append("<ul>" + "".join(items) + "</ul>")
-    cells = ctx.tables.get("cells")
-    if cells is not None and not cells.empty:
-        ok = cells[cells.status == "ok"]
-        gate = int(ok.gate_pass.astype("boolean").fillna(False).astype(bool).sum()) if "gate_pass" in ok else 0
-        out.append(f"<p>{len(cells)} cell rows ({len(ok)} ok); {gate} of the ok cells pass the validation "
-                   f"fidelity gate (R² ≥ .90 and dead fraction &lt; .20).</p>")
-    from raybench.analysis.paper_report import gate_summary
-
-    out.append(gate_summary(ctx.tables))
-    return "\n".join(out)
-
-
-def _audit_badge(audit: dict[str, Any] | None) -> str:
-    if audit is None:
-        return "<p class='badge warn'>Release audit: not run (no run.yaml protocol and no tables/audit.json).</p>"
-    cls = "ok" if audit.get("passed") else "bad"
-    return f"<p class='badge {cls}'>Release audit: {html.escape(str(audit.get('summary')))}</p>"
-
-
-def _audit_body(ctx: Context) -> str:
-    audit = ctx.audit
-    out = [_audit_badge(audit)]
-    if audit is None:
-        return out[0]
-    for arm_name in ("primary", "sensitivity"):
-        arm = audit.get(arm_name)
-        if not arm:
-            continue
-        counts = {k: html.escape(str(arm.get(k))) for k in ("ok_cells", "expected_cells", "complete_blocks",
-                                                             "expected_blocks")}
-        out.append(f"<h3>{arm_name.capitalize()} arm: {counts['ok_cells']}/{counts['expected_cells']} cells ok, "
-                   f"{counts['complete_blocks']}/{counts['expected_blocks']} blocks complete</h3>")
-        if arm["missing"]:
-            out.append(f"<p>Missing cells ({len(arm['missing'])}):</p><ul class='ids'>"
-                       + "".join(f"<li><code>{html.escape(c)}</code></li>" for c in arm["missing"]) + "</ul>")
-        if arm["failed"]:
-            out.append(_table_block("failed", pd.DataFrame(arm["failed"]), f"Failed cells ({len(arm['failed'])})"))
-        if arm["incomplete_blocks"]:
-            blocks = pd.DataFrame([{"block": b["block"], "missing": ", ".join(b["missing"]),
-                                    "failed": ", ".join(b["failed"])} for b in arm["incomplete_blocks"]])
-            out.append(_table_block("blocks", blocks, f"Incomplete blocks ({len(blocks)})"))
-    for key, title in (("problems", "Problems"), ("notes", "Notes")):
-        items = audit.get(key) or []
-        if items:
-            listing = "<ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in items) + "</ul>"
-            head = f"{title} ({len(items)})"
-            out.append(f"<details><summary>{head}</summary>{listing}</details>" if len(items) > LARGE_TABLE_ROWS
-                       else f"<h3>{head}</h3>{listing}")
-    return "\n".join(out)
-
-
-def _protocol_body(ctx: Context) -> str:
-    path = ctx.layout.run_yaml
-    if not path.exists():
-        return "<p>No run.yaml in this run folder: the resolved protocol was not recorded.</p>"
-    return f"<p>Resolved configuration (<code>run.yaml</code>):</p><pre>{html.escape(path.read_text())}</pre>"
-
-
-def _provenance_body(ctx: Context) -> str:
-    run = ctx.run or {}
-    recorded = run.get("versions") if isinstance(run.get("versions"), dict) else {}
-    rows: list[tuple[str, Any]] = []
-    for pkg in ("raybench", "python", "ray", "torch"):
-        if pkg in recorded:
-            rows.append((f"{pkg} (recorded in run.yaml)", recorded[pkg]))
-        else:
-            rows.append((f"{pkg} (rendering environment)", _version(pkg)))
-    rows += [(k, v) for k, v in sorted(recorded.items()) if k not in ("raybench", "python", "ray", "torch")]
-    for key, value in sorted(_hashes(run).items()):
-        rows.append((key, value))
-    cells = ctx.tables.get("cells")
-    if cells is not None and "config_hash" in cells:
-        hashes = sorted(set(cells.config_hash.dropna().astype(str)))
-        rows.append(("config_hash in cells table", ", ".join(hashes) if hashes else "–"))
-    summary = ctx.layout.manifest_summary
-    if summary.exists():
-        try:
-            for key, value in sorted(_hashes(json.loads(summary.read_text())).items()):
-                rows.append((f"manifest summary {key}", value))
-        except (json.JSONDecodeError, AttributeError) as err:
-            log.warning("cannot read %s: %s", summary, err)
-    for key in ("created", "finished", "started"):
-        if key in run:
-            rows.append((key, run[key]))
-    rows.append(("cohort", ctx.cohort_kind or "unknown"))
-    return _kv_table(rows)
-
-
-def _profiles_body(ctx: Context) -> str:
-    prof = ctx.tables["profiles"]
-    crossed = ctx.tables.get("crossed")
-    show_published = ctx.cohort_kind == "ptbxl" or ("published" in prof and prof.published.notna().any())
-    out = []
-    inference = (run_section(ctx.run, "protocol") or {}).get("inference") or {}
-    if inference:
-        out.append(f"<p class='note'>Bootstrap draws: {int(inference.get('patient_draws', 0)):,} paired patient "
-                   f"draws, {int(inference.get('crossed_draws', 0)):,} crossed draws.</p>")
-    for metric in sorted(prof.metric.unique(), key=lambda m: (METRICS.index(m) if m in METRICS else 9, m)):
-        sub = prof[prof.metric == metric].sort_values(["auc", "model"], ascending=[False, True])
-        df = pd.DataFrame({"model": sub.model.map(model_label), "AUC": sub.auc,
-                           "95% CI": [f"{a:.3f}–{b:.3f}" for a, b in zip(sub.ci_low, sub.ci_high, strict=True)]})
-        for col, name in (("rank1_prob", "P(rank 1)"), ("mean_rank", "mean rank")):
-            if col in sub:
-                df[name] = sub[col].to_numpy()
-        if crossed is not None and (crossed.metric == metric).any():
-            c = crossed[crossed.metric == metric].set_index("model").reindex(sub.model)
-            df["crossed AUC"] = c.auc.to_numpy()
-            df["crossed 95% CI"] = [f"{a:.3f}–{b:.3f}" if pd.notna(a) else "–"
-                                    for a, b in zip(c.ci_low, c.ci_high, strict=True)]
-        if show_published and "published" in sub:
-            df["published (paper)"] = sub.published.to_numpy()
-        out.append(f"<h3>{html.escape(metric_label(metric))}</h3>{_df_html(df)}")
-    if show_published:
-        out.append("<p class='note'>Published: ECG-InterpBench PTB-XL reference AUCs.</p>")
-    return "\n".join(out)
-
-
-def _contrasts_body(ctx: Context) -> str:
-    con = ctx.tables["contrasts"].copy()
-    if "p_bh" in con:
-        con["significant (BH < .05)"] = np.where(con.p_bh < 0.05, "yes", "")
-    return _table_block("contrasts", con, f"Paired contrasts ({len(con)} pairs)")
-
-
-def _concepts_body(ctx: Context) -> str:
-    con = ctx.tables["concepts"]
-    table = con.pivot_table(index="family", columns="model", values="auc", aggfunc="mean")
-    table = table.rename(columns=model_label).reset_index()
-    table.columns.name = None
-    return (_table_block("concept_families", table, "Mean concept AUC by family")
-            + _table_block("concepts", con, f"Per-concept AUC ({len(con)} rows)"))
-
-
-def _cells_body(ctx: Context) -> str:
-    cells = ctx.tables["cells"]
-    cols = [c for c in ("cell_id", "model", "layer", "q", "arm", "expansion", "k", "seed", "status", "val_r2",
-                        "val_dead_fraction", "gate_pass", "test_accessibility", "test_coverage", "train_seconds")
-            if c in cells]
-    counts = cells.groupby(["arm", "status"], sort=True).size().rename("cells").reset_index()
-    return (_table_block("cell_status", counts, "Cells by arm and status")
-            + _table_block("cells", cells[cols], f"All cells ({len(cells)} rows)"))
 
 
 def _secondary_failures(root: str | Path) -> dict[str, str]:
@@ -344,134 +87,3 @@ def _secondary_failures(root: str | Path) -> dict[str, str]:
         return {str(f.get("analysis")): str(f.get("reason", "")) for f in read_failures(root)}
     except ValueError as err:
         return {"secondary_failures.json": str(err)}
-
-
-def _version(pkg: str) -> str:
-    if pkg == "python":
-        return platform.python_version()
-    try:
-        return importlib.metadata.version(pkg)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _hashes(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """Every key that names a hash, searched through nested mappings."""
-    out: dict[str, Any] = {}
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            name = f"{prefix}{k}"
-            if isinstance(v, dict):
-                out.update(_hashes(v, name + "."))
-            elif "hash" in str(k).lower() and not isinstance(v, list):
-                out[name] = v
-    return out
-
-
-def _match(names: list[str], patterns: tuple[str, ...]) -> list[str]:
-    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-
-
-# ---------------------------------------------------------------- the sections
-
-OTHER = Section("other", "Other results", "Figures and tables of this run that no section above claims.")
-
-for _s in (
-    Section("summary", "Summary", body=_summary_body),
-    Section("audit", "Release audit",
-            "Every expected cell (models × depths × expansions × seeds, plus the sensitivity arm) must be present "
-            "and ok, and every matched block (all models at one depth, E and seed) complete. Failed cells stay in "
-            "the denominator.", body=_audit_body, tables=("missing",)),
-    Section("profiles", "Model profiles",
-            "Common-scale summaries: AUC over log E, averaged over depths and seeds, with patient-bootstrap and "
-            "crossed (depth × seed) bootstrap 95% CIs.",
-            figures=("forest_auc",), body=_profiles_body, claims=("profiles", "crossed"), needs=("profiles",)),
-    Section("contrasts", "Pairwise contrasts",
-            "Paired bootstrap differences (model_a − model_b); p-values Benjamini–Hochberg adjusted within each "
-            "metric family.", body=_contrasts_body, claims=("contrasts",), needs=("contrasts",)),
-    Section("curves", "Matched-scale curves", figures=("matched_scale_curves",), tables=("curves",)),
-    Section("depth", "Depth × scale", figures=("heatmap_*",), tables=("depth_scale",)),
-    Section("concepts", "Concept families", figures=("concept_families",), body=_concepts_body,
-            claims=("concepts",), needs=("concepts",)),
-    Section("stability", "Rank stability and sensitivity",
-            "Kendall τ between model orders at every pair of expansions; the fixed k/N sparsity arm against the "
-            "primary fixed k/d arm; how the summaries move with depth, scale and arm.",
-            figures=("rank_stability", "sensitivity_arm"), tables=("rank_stability", "arm", "sensitivity")),
-    Section("reproducibility", "Reproducibility", figures=("reproducibility",), tables=("reproducibility",)),
-    Section("atlas", "Validation atlas",
-            "Validation R² and dead fraction of every primary cell (mean over seeds); the fidelity gate is "
-            "R² ≥ .90 and dead fraction < .20.", figures=("atlas_*",), body=_cells_body, claims=("cells",),
-            needs=("cells",)),
-    Section("calibration", "Calibration ladder",
-            "Ridge probes vs single SAE / dense / random coordinates at E = 8. An encoder that carries the concepts "
-            "should order dense ridge ≥ full-code ridge ≥ top-16 ≥ top-4 and learned single coordinates above "
-            "random dictionaries; calibration_order says which steps hold per model (random-init demo encoders "
-            "carry the concepts too weakly for the middle steps to separate).",
-            figures=("calibration*",), tables=("calibration*",), optional=True),
-    Section("harmonization", "Input harmonization",
-            "Dense-coordinate accessibility and linear CKA under native, lead, temporal and joint harmonization.",
-            figures=("harmonization*",), optional=True,  # concept-level tests: section harmonization_concepts
-            tables=("harmonization", "harmonization_contrasts", "harmonization_rank", "harmonization_concepts")),
-    Section("intervention", "Intervention selectivity",
-            "SAE vs dense coordinates: matched target effect, off-target RMS and wrong-behavior index.",
-            figures=("intervention*",), tables=("intervention*",), optional=True),
-    Section("protocol", "Protocol", body=_protocol_body),
-    Section("provenance", "Provenance", body=_provenance_body),
-):
-    register_section(_s)
-
-
-CSS = """
-:root { --fg:#1d2330; --muted:#5b6475; --line:#dfe3ea; --accent:#2458a6; --bg:#fbfcfd; }
-* { box-sizing:border-box; }
-body { margin:0; font:15px/1.5 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color:var(--fg);
-       background:var(--bg); }
-nav { position:fixed; top:0; left:0; bottom:0; width:210px; padding:18px 14px; border-right:1px solid var(--line);
-      background:#fff; overflow-y:auto; }
-nav .brand { font-weight:700; margin-bottom:12px; }
-nav a { display:block; padding:3px 6px; color:var(--fg); text-decoration:none; border-radius:4px; font-size:14px; }
-nav a:hover { background:#eef2f8; color:var(--accent); }
-main { margin-left:210px; padding:20px 36px 60px; max-width:1280px; }
-h1 { font-size:24px; margin:4px 0 14px; }
-h2 { font-size:20px; border-bottom:2px solid var(--line); padding-bottom:4px; margin-top:36px; }
-h3 { font-size:16px; margin:18px 0 6px; }
-p.intro, p.note { color:var(--muted); max-width:900px; }
-figure { margin:16px 0 22px; }
-figure img { max-width:100%; height:auto; border:1px solid var(--line); background:#fff; }
-figcaption { color:var(--muted); font-size:13px; margin-top:4px; }
-table.tbl { border-collapse:collapse; font-size:13px; margin:6px 0 14px; background:#fff; }
-table.tbl th, table.tbl td { border-bottom:1px solid var(--line); padding:3px 10px; text-align:right; }
-table.tbl th { background:#f1f4f8; text-align:center; position:sticky; top:0; }
-table.tbl td:first-child, table.kv th { text-align:left; }
-table.tbl tr:hover td { background:#f7f9fc; }
-details { margin:10px 0; } details summary { cursor:pointer; font-weight:600; }
-details > table { display:block; max-height:520px; overflow:auto; }
-pre { background:#f4f6f9; border:1px solid var(--line); padding:10px; overflow:auto; max-height:480px; font-size:12px; }
-.badge { display:inline-block; padding:6px 12px; border-radius:6px; font-weight:600; }
-.badge.ok { background:#e3f4e8; color:#17652f; } .badge.bad { background:#fbe5e5; color:#9b1c1c; }
-.badge.warn { background:#fff4d6; color:#7a5600; }
-ul.ids { columns:3; font-size:13px; }
-"""
-
-TEMPLATE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
-<style>{css}</style>
-</head>
-<body>
-<nav><div class="brand">raybench</div>
-{nav}
-</nav>
-<main>
-<h1>{title}</h1>
-{body}
-</main>
-</body>
-</html>
-"""
-
-
-from raybench.analysis import paper_report as _paper_report  # noqa: E402,F401 - registers the paper analyses' sections

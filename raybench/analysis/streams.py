@@ -26,9 +26,13 @@ floor from one generator per (model, depth, E) - every chunk is independent, so 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import itertools
+import math
+from collections.abc import Iterator, Sequence
 
 import numpy as np
+
+from raybench.analysis.packed_stats import PatientStats, StatsError
 
 STREAMS: tuple[str, ...] = ("published", "chunked")
 
@@ -94,3 +98,92 @@ def floor_seed(model: str, layer: int, depth: float, expansion: float, arm: str,
              PUBLISHED_ARMS.get(arm, arm), int(seed_i), int(seed_j))
     digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "little") % (2**32)
+
+
+def pair_floor_seeds(stream: str, model: str, layer: int, q: float, expansion: int, arm: str,
+                     seeds: Sequence[int]) -> list[int] | None:
+    """Published stream: the floor seed of each seed pair (i < j of `seeds` ascending); chunked: None."""
+    if stream != "published":
+        return None
+    return [floor_seed(model, layer, q, expansion, arm, a, b) for a, b in itertools.combinations(sorted(seeds), 2)]
+
+
+def chunked_floor_seed(base: int, model: str, q: float, expansion: int) -> int:
+    """Chunked stream: the permutation floor's one generator seed per model x depth x E (drawn across the pairs)."""
+    return int.from_bytes(hashlib.sha256(f"{base}:{model}:{q:g}:{expansion}".encode()).digest()[:8], "big")
+
+
+# ---------------------------------------------------------------- raybench's chunked stream, and the dispatch
+
+
+def n_chunks(n_draws: int, chunk_draws: int) -> int:
+    return math.ceil(n_draws / chunk_draws)
+
+
+def patient_counts(seed: int, n_draws: int, chunk_draws: int, n_patients: int, chunk: int) -> np.ndarray:
+    """Multinomial patient counts [draws_in_chunk, P] of one chunk; chunk i uses child i of one SeedSequence."""
+    children = np.random.SeedSequence(seed).spawn(n_chunks(n_draws, chunk_draws))
+    size = min(chunk_draws, n_draws - chunk * chunk_draws)
+    rng = np.random.default_rng(children[chunk])
+    return rng.multinomial(n_patients, np.full(n_patients, 1.0 / n_patients), size=size).astype(np.float64)
+
+
+def crossed_indices(seed: int, n_draws: int, chunk_draws: int, n_depths: int, n_seeds: int,
+                    chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked stream: resampled positions of depth units [draws, D] and seeds [draws, S] of one chunk.
+
+    Its own SeedSequence([seed, 1]) so its draws never coincide with the patient bootstrap's.
+    """
+    children = np.random.SeedSequence([seed, 1]).spawn(n_chunks(n_draws, chunk_draws))
+    size = min(chunk_draws, n_draws - chunk * chunk_draws)
+    rng = np.random.default_rng(children[chunk])
+    di = rng.integers(0, n_depths, size=(size, n_depths))
+    si = rng.integers(0, n_seeds, size=(size, n_seeds))
+    return di, si
+
+
+def crossed_counts(seed: int, n_draws: int, chunk_draws: int, n_depths: int, n_seeds: int,
+                   chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked stream: resampling counts of depth units [draws, D] and seeds [draws, S] of one chunk."""
+    di, si = crossed_indices(seed, n_draws, chunk_draws, n_depths, n_seeds, chunk)
+    return index_counts(di, n_depths), index_counts(si, n_seeds)
+
+
+def crossed_draw_indices(seed: int, n_draws: int, chunk_draws: int, n_depths: int, n_seeds: int,
+                         stream: str = "chunked") -> tuple[np.ndarray, np.ndarray]:
+    """Every crossed draw of a stream: positions of the depth units [draws, D] and seeds [draws, S]."""
+    if check_stream(stream) == "published":
+        return published_crossed_indices(seed, n_draws, n_depths, n_seeds)
+    parts = [crossed_indices(seed, n_draws, chunk_draws, n_depths, n_seeds, c)
+             for c in range(n_chunks(n_draws, chunk_draws))]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def patient_draws(stats: PatientStats | int, n_draws: int, seed: int, chunk_draws: int,
+                  stream: str = "chunked") -> Iterator[np.ndarray]:
+    """The patient-count chunks [<= chunk_draws, P] a patient bootstrap of `stats` uses, in draw order.
+
+    stats: the packed statistics (or just P).  The published stream draws over the active patients only and
+    gives the others a count of 0; the chunked stream draws over all P.
+    """
+    n_patients = stats if isinstance(stats, int) else stats.n_patients
+    if check_stream(stream) == "chunked":
+        for c in range(n_chunks(n_draws, chunk_draws)):
+            yield patient_counts(seed, n_draws, chunk_draws, n_patients, c)
+        return
+    active = None if isinstance(stats, int) else stats.active
+    if active is None or bool(np.all(active)):
+        yield from published_patient_counts(seed, n_draws, n_patients, chunk_draws)
+        return
+    cols = np.flatnonzero(active)
+    if cols.size == 0:
+        raise StatsError("no test patient has an evaluated record; nothing to bootstrap")
+    for part in published_patient_counts(seed, n_draws, int(cols.size), chunk_draws):
+        full = np.zeros((part.shape[0], n_patients))
+        full[:, cols] = part
+        yield full
+
+
+def crossed_chunk_draws(n_draws: int) -> int:
+    """Draws per task of the run's crossed bootstrap (the chunked stream's draws depend on it)."""
+    return max(1, n_draws // 4)

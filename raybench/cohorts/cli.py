@@ -99,11 +99,7 @@ def manifest_synth(root: Path, out: Path, rate: str) -> None:
 def manifest_mimic(root: Path, out: Path, extractor: str, pool: str, admissions: Path | None,
                    max_records: int) -> None:
     """Manifest for MIMIC-IV-ECG (record_list.csv, files/); waveform-derived concepts."""
-    try:
-        from raybench.cohorts.mimic import build_mimic_manifest
-    except ModuleNotFoundError as err:
-        if err.name != "raybench.cohorts.mimic":
-            raise
-        raise click.ClickException("MIMIC-IV-ECG support (raybench.cohorts.mimic) is not installed") from err
+    from raybench.cohorts.mimic import build_mimic_manifest
+
     _report(build_mimic_manifest(root, out, max_records=max_records, concept_extractor=extractor, record_pool=pool,
                                  admissions=admissions))

@@ -3,15 +3,16 @@
 `manifest.parquet` (ordered by ecg_id) holds ecg_id int64, patient_id str (as written in the csv),
 split, site, device, path (WFDB record base relative to the data root, at the chosen rate), fs,
 n_samples, `raw_<concept>` float64 (NaN when missing) and `<concept>` float32 (standardized with the
-train split's mean and population std, std floored at 1e-6; missing or non-finite -> 0). Schema
+train split's mean and population std, std floored at 1e-6; missing or non-finite -> 0), then any
+cohort-specific record-level columns (MIMIC's `mm_<name>` cross-check values). Schema
 metadata: raybench.root, raybench.concepts (JSON list), raybench.concept_source
 (tables|waveform|none), raybench.manifest_hash (content hash of keys, paths, splits, rates and raw
-concepts; independent of where the data root lives). Beside it: summary.json and quarantine.csv
-(ecg_id, path, reason, detail). All three are written atomically, the manifest last.
+concepts; independent of where the data root lives). Beside it: summary.json (aggregates only) and
+quarantine.csv (ecg_id, path, reason, detail). All three are written atomically, the manifest last.
 
-This module holds the cohort-independent parts (record checks, standardization, hashing, writing,
-loading, `finish_manifest`); `raybench.cohorts.ptbxl` reads PTB-XL/PTB-XL+ and the synthetic cohort
-(`build_ptbxl_manifest`, `build_synth_manifest`, importable from here too).
+This module holds the cohort-independent parts (metadata-table checks, standardization, hashing,
+writing, loading, `finish_manifest`); record checks are `raybench.cohorts.record_checks`. The cohorts:
+`raybench.cohorts.ptbxl` (PTB-XL/PTB-XL+ and the synthetic cohort) and `raybench.cohorts.mimic`.
 
 Bad input - what happens and why:
 - Record level (the record is left out, one quarantine row with a reason; other records proceed):
@@ -33,9 +34,9 @@ Bad input - what happens and why:
   (NaN -> 0 after standardizing) and are counted with examples in summary.json
   (`bad_concept_cells`) and a note; the waveform is still good, so the record stays.
 - Concepts: "auto" uses PTB-XL+ tables when `features/12sl_features.csv` exists (ECGDeli concepts
-  are dropped from the list, with a note, when `ecgdeli_features.csv` is absent), else the
-  waveform extractor (`raybench.cohorts.waveform_concepts`) if installed, else no concepts and a
-  loud note. Records the extractor fails on keep NaN concepts and are counted in the summary.
+  are dropped from the list, with a note, when `ecgdeli_features.csv` is absent), else the seven
+  waveform-derived concepts (`raybench.cohorts.waveform_concepts`), with a note. Records the extractor
+  fails on keep NaN concepts and are counted in the summary.
 """
 
 from __future__ import annotations
@@ -43,10 +44,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections import Counter
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,19 +55,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raybench.cohorts.panel import WAVEFORM_CONCEPTS
+from raybench.atomic import atomic_path, write_json
 from raybench.cohorts.split import SPLITS
-from raybench.cohorts.waveforms import (
-    LEADS,
-    RecordError,
-    canonical_lead,
-    check_header_files,
-    parse_header,
-    read_record,
-    resolve_record_path,
-)
 from raybench.errors import RaybenchError
-from raybench.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +67,7 @@ META_SOURCE = b"raybench.concept_source"
 META_HASH = b"raybench.manifest_hash"
 BASE_COLUMNS: tuple[str, ...] = ("ecg_id", "patient_id", "split", "site", "device", "path", "fs", "n_samples")
 STD_FLOOR = 1e-6
-QUARANTINE_COLUMNS = ("ecg_id", "path", "reason", "detail")
+MANIFEST_QUARANTINE_COLUMNS = ("ecg_id", "path", "reason", "detail")  # quarantine.csv
 
 
 class ManifestError(RaybenchError, ValueError):
@@ -93,119 +82,41 @@ class ManifestInfo:
     manifest_hash: str
 
 
-# ---------------------------------------------------------------- record checks
-@dataclass(frozen=True)
-class RecordCheck:
-    ok: bool
-    n_samples: int = 0
-    reason: str = ""
-    detail: str = ""
+# ---------------------------------------------------------------- metadata tables
+def read_csv_text(path: Path, hint: str) -> pd.DataFrame:
+    """A metadata csv as text (ids stay as written); a missing or unreadable file is a ManifestError.
 
-
-def check_record(root: Path, rel_path: str, fs: float, n_samples: int) -> RecordCheck:
-    """Validate one record cheaply (header parse + one int16 read); never raises for bad records."""
+    hint: the fix for a missing file ("pass the PTB-XL folder that holds ptbxl_database.csv").
+    """
+    if not path.exists():
+        raise ManifestError(f"{path} not found; {hint}")
     try:
-        base = resolve_record_path(root, rel_path)
-    except RecordError as err:
-        return RecordCheck(False, reason=err.reason, detail=err.detail)
-    hea = base.parent / (base.name + ".hea")
-    if not hea.exists():
-        return RecordCheck(False, reason="missing_header", detail=f"{hea} not found; check the data root and rate")
-    try:
-        check_header_files(root, rel_path)  # no file the header names may lie outside the data root
-    except RecordError as err:
-        return RecordCheck(False, reason=err.reason, detail=err.detail)
-    try:
-        n_sig, hfs, sig_len, sigs = parse_header(hea.read_text())
-    except (ValueError, IndexError, UnicodeDecodeError) as err:
-        return RecordCheck(False, reason="unreadable", detail=f"header {hea.name} cannot be parsed ({err})")
-    if abs(hfs - fs) > 1e-6:
-        return RecordCheck(False, reason="rate_mismatch",
-                           detail=f"header rate {hfs:g} Hz, expected {fs:g} Hz; use the matching records folder")
-    if sig_len != n_samples:
-        return RecordCheck(False, reason="length_mismatch",
-                           detail=f"header says {sig_len} samples, expected {n_samples}")
-    leads = [canonical_lead(" ".join(s[8:])) if len(s) > 8 else None for s in sigs]
-    missing = [lead for lead in LEADS if lead not in leads]
-    if len(sigs) != n_sig or missing:
-        return RecordCheck(False, reason="missing_leads",
-                           detail=f"leads {missing} absent (header lists {[' '.join(s[8:]) for s in sigs]})")
-    files = {s[0] for s in sigs}
-    if len(files) != 1 or any(len(s) < 2 or s[1] != "16" for s in sigs):
-        return _check_with_wfdb(root, rel_path, fs, n_samples)  # other formats: wfdb's general reader
-    dat_rel = str(Path(rel_path).parent / files.pop())
-    try:
-        dat = resolve_record_path(root, dat_rel)
-    except RecordError as err:
-        return RecordCheck(False, reason=err.reason, detail=f"header data file: {err.detail}")
-    try:
-        size = dat.stat().st_size
-    except OSError as err:
-        return RecordCheck(False, reason="unreadable", detail=f"{dat.name}: {err}; re-download the record")
-    expect = n_sig * n_samples * 2
-    if size != expect:
-        reason = "truncated" if size < expect else "shape_mismatch"
-        return RecordCheck(False, reason=reason, detail=f"{dat.name} has {size} bytes, header implies {expect}; "
-                           "re-download the record")
-    try:
-        data = np.fromfile(dat, dtype="<i2").reshape(n_samples, n_sig)
-    except (OSError, ValueError) as err:
-        return RecordCheck(False, reason="unreadable", detail=f"{dat.name}: {err}; re-download the record")
-    index = [leads.index(lead) for lead in LEADS]
-    data = data[:, index]
-    nan = [LEADS[k] for k in np.flatnonzero((data == -32768).any(0))]
-    if nan:
-        return RecordCheck(False, reason="nan_lead", detail=f"missing (NaN) samples in leads {nan}")
-    flat = [LEADS[k] for k in np.flatnonzero(data.max(0) == data.min(0))]
-    if flat:
-        return RecordCheck(False, reason="flat_lead", detail=f"flat (constant) leads {flat}; electrode off")
-    return RecordCheck(True, n_samples=n_samples)
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    except Exception as err:
+        raise ManifestError(f"cannot read {path} ({type(err).__name__}: {err}); re-download the csv") from err
 
 
-def _check_with_wfdb(root: Path, rel_path: str, fs: float, n_samples: int) -> RecordCheck:
-    try:
-        wave = read_record(root, rel_path, expect_fs=fs, expect_samples=n_samples)
-    except RecordError as err:
-        return RecordCheck(False, reason=err.reason, detail=err.detail)
-    return RecordCheck(True, n_samples=int(wave.signal.shape[1]))
+def refuse_duplicate_ids(table: pd.DataFrame, id_col: str, path: Path) -> None:
+    """A record listed twice could land in two splits: name the ids and their csv lines."""
+    dup = table[id_col].duplicated(keep=False)
+    if dup.any():
+        lines = np.flatnonzero(dup.to_numpy()) + 2
+        raise ManifestError(f"{path}: duplicate {id_col} {sorted(set(table.loc[dup, id_col].tolist()))[:5]} at lines "
+                            f"{lines[:10].tolist()}; keep exactly one row per record (a repeated record could land "
+                            "in two splits)")
 
 
-def validate_records(root: Path, items: Sequence[tuple[int, str]], fs: float, n_samples: int,
-                     workers: int | None = None) -> tuple[list[bool], list[dict[str, Any]]]:
-    """check_record over (ecg_id, rel_path) pairs in a thread pool -> (ok flags, quarantine rows)."""
-    workers = workers or min(8, (os.cpu_count() or 1) * 2)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        checks = list(pool.map(lambda item: check_record(root, item[1], fs, n_samples), items))
-    rows = [{"ecg_id": int(eid), "path": rel, "reason": chk.reason, "detail": chk.detail}
-            for (eid, rel), chk in zip(items, checks, strict=True) if not chk.ok]
-    return [chk.ok for chk in checks], rows
+def refuse_shared_files(table: pd.DataFrame, id_col: str, file_col: str, path: Path) -> None:
+    """Two records reading one waveform file would leak it across splits."""
+    names = table[file_col].str.strip()
+    dup = (names != "") & names.duplicated(keep=False)
+    if dup.any():
+        raise ManifestError(f"{path}: several {id_col}s share a {file_col}: "
+                            f"{table.loc[dup, [id_col, file_col]].head(6).values.tolist()}; "
+                            "each record needs its own waveform file")
 
 
-# ---------------------------------------------------------------- waveform-derived concepts
-def waveform_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None, notes: list[str],
-                       summary: dict) -> pd.DataFrame:
-    from raybench.cohorts.waveform_concepts import extract_concepts
-
-    values, failures = extract_concepts(root, records[["ecg_id", "path", "fs"]].reset_index(drop=True),
-                                        num_cpus=num_cpus)
-    missing = [c for c in WAVEFORM_CONCEPTS if c not in values.columns]
-    if missing:
-        raise ManifestError(f"waveform concept extractor returned no columns {missing}; update "
-                            "raybench.cohorts.waveform_concepts")
-    if len(failures):
-        reasons = Counter(failures["reason"].astype(str))
-        summary["waveform_concept_failures"] = {"count": int(len(failures)), "reasons": dict(reasons)}
-        notes.append(f"waveform concepts failed on {len(failures)} records (kept, concepts missing): {dict(reasons)}")
-    return values[list(WAVEFORM_CONCEPTS)]
-
-
-def waveform_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("raybench.cohorts.waveform_concepts") is not None
-
-
-# ---------------------------------------------------------------- standardizing, hashing, io
+# ---------------------------------------------------------------- standardizing
 def standardize(raw: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, float, float, int]:
     """(x - train mean) / max(train std, 1e-6); missing/non-finite -> 0. Returns z, mean, std, n."""
     raw = np.asarray(raw, dtype=np.float64)
@@ -276,18 +187,37 @@ def load_manifest(path: str | Path, verify: bool = True) -> tuple[pd.DataFrame, 
 
 
 # ---------------------------------------------------------------- builder
+def complete_case_counts(df: pd.DataFrame, names: Sequence[str]) -> dict[str, Any]:
+    """Records with every concept present (finite raw_<name>), overall and per split (records, patients).
+
+    What `eval.missing_concepts: complete_case` evaluates on (docs/protocol.md §3.3).
+    """
+    raw = df[[f"raw_{c}" for c in names]].to_numpy(np.float64) if len(names) else np.zeros((len(df), 0))
+    complete = np.isfinite(raw).all(axis=1)
+    out: dict[str, Any] = {"records": int(complete.sum()), "fraction": float(complete.mean()) if len(df) else 0.0,
+                           "splits": {}}
+    for s in SPLITS:
+        m = complete & (df["split"] == s).to_numpy()
+        out["splits"][s] = {"records": int(m.sum()), "patients": int(df.loc[m, "patient_id"].nunique()),
+                            "of_records": int((df["split"] == s).sum())}
+    return out
 
 
 def finish_manifest(out_dir: str | Path, records: pd.DataFrame, root: Path, concept_values: pd.DataFrame | None,
                     names: Sequence[str], source: str, quarantine: Sequence[dict[str, Any]], notes: list[str],
-                    summary: dict[str, Any], split_rule: str) -> Path:
+                    summary: dict[str, Any], split_rule: str, extra_columns: Sequence[str] = (),
+                    describe: Callable[[pd.DataFrame], dict[str, Any]] | None = None) -> Path:
     """Attach raw + standardized concepts, check patient-disjointness, write the three files.
 
-    records: one row per usable record with BASE_COLUMNS (any order; sorted here by ecg_id).
+    records: one row per usable record with BASE_COLUMNS (any order; sorted here by ecg_id) and
+    `extra_columns`, record-level columns kept after the concept columns (not part of the hash).
     concept_values: raw values indexed by ecg_id with columns `names` (None when no concepts).
-    summary: cohort-specific entries (cohort, sampling_rate, records_listed, ...); the rest is added here.
+    summary: cohort-specific entries (cohort, sampling_rate, records_listed, ...); the rest is added here,
+    including the complete-case counts. describe: more aggregate entries computed on the finished manifest.
     """
-    df = records[list(BASE_COLUMNS)].sort_values("ecg_id", kind="stable").reset_index(drop=True)
+    records = records[list(BASE_COLUMNS) + list(extra_columns)].sort_values("ecg_id", kind="stable")
+    records = records.reset_index(drop=True)
+    df = records[list(BASE_COLUMNS)].copy()
     df["ecg_id"] = df["ecg_id"].astype(np.int64)
     if df["ecg_id"].duplicated().any():
         raise ManifestError(f"duplicate ecg_id {df.loc[df['ecg_id'].duplicated(), 'ecg_id'].head(5).tolist()}")
@@ -310,7 +240,8 @@ def finish_manifest(out_dir: str | Path, records: pd.DataFrame, root: Path, conc
         std_cols[name] = z
         stats[name] = {"train_mean": mean, "train_std": std, "n_train_finite": n,
                        "missing_fraction": float(np.mean(~np.isfinite(x))) if len(x) else 0.0}
-    df = pd.concat([df, pd.DataFrame(raw_cols, index=df.index), pd.DataFrame(std_cols, index=df.index)], axis=1)
+    df = pd.concat([df, pd.DataFrame(raw_cols, index=df.index), pd.DataFrame(std_cols, index=df.index),
+                    records[list(extra_columns)]], axis=1)
 
     per_patient = df.groupby("patient_id")["split"].nunique()
     if (per_patient > 1).any():  # impossible when the split is a function of the patient; refuse, never leak
@@ -318,14 +249,16 @@ def finish_manifest(out_dir: str | Path, records: pd.DataFrame, root: Path, conc
     if len(df) == 0:
         notes.append("WARNING: no usable records; see quarantine.csv")
 
-    qdf = pd.DataFrame(list(quarantine), columns=list(QUARANTINE_COLUMNS)).sort_values("ecg_id", kind="stable")
+    qdf = pd.DataFrame(list(quarantine), columns=list(MANIFEST_QUARANTINE_COLUMNS))
+    qdf = qdf.sort_values("ecg_id", kind="stable")
     digest = manifest_hash(df)
     summary = {**summary, "root": str(root), "records": int(len(df)), "quarantined": int(len(qdf)),
                "quarantine_reasons": dict(Counter(qdf["reason"])),
                "splits": {s: {"records": int((df["split"] == s).sum()),
                               "patients": int(df.loc[df["split"] == s, "patient_id"].nunique())} for s in SPLITS},
+               "complete_cases": complete_case_counts(df, names),
                "split_rule": split_rule, "concept_source": source, "concepts": names, "concept_stats": stats,
-               "notes": notes, "manifest_hash": digest}
+               **(describe(df) if describe is not None else {}), "notes": notes, "manifest_hash": digest}
     for note in notes:
         if note.startswith("WARNING"):
             log.warning(note)
@@ -337,12 +270,3 @@ def finish_manifest(out_dir: str | Path, records: pd.DataFrame, root: Path, conc
     path = out_dir / "manifest.parquet"
     write_manifest(path, df, root, names, source)
     return path
-
-
-def __getattr__(name: str) -> Any:
-    """`build_ptbxl_manifest` / `build_synth_manifest` live in ptbxl.py; importable from here as well."""
-    if name in ("build_ptbxl_manifest", "build_synth_manifest"):
-        from raybench.cohorts import ptbxl
-
-        return getattr(ptbxl, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ NaN only when every source cell is missing. Feature-table lead columns use the P
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,11 +28,14 @@ LEAD_GROUPS: dict[str, tuple[str, ...]] = {
 }
 QRST_AXES = ("R_AxisFrontal_Global", "T_AxisFront_Global")
 
-# The seven concepts measured on the waveform itself (MIMIC replication, cohorts without PTB-XL+).
-WAVEFORM_CONCEPTS: tuple[str, ...] = (
-    "rr_mean_ms", "qrs_duration_ms", "pr_interval_ms", "qt_like_ms",
-    "r_amp_global_mv", "st_amp_global_mv", "t_amp_global_mv",
-)
+# The seven concepts measured on the waveform itself (MIMIC replication, cohorts without PTB-XL+),
+# each with the family of the panel concept it measures (docs/protocol.md §4.2).
+WAVEFORM_FAMILIES: dict[str, str] = {
+    "rr_mean_ms": "RATE_RHYTHM", "qrs_duration_ms": "INTERVAL", "pr_interval_ms": "INTERVAL",
+    "qt_like_ms": "INTERVAL", "r_amp_global_mv": "AMPLITUDE", "st_amp_global_mv": "ST_T",
+    "t_amp_global_mv": "ST_T",
+}
+WAVEFORM_CONCEPTS: tuple[str, ...] = tuple(WAVEFORM_FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -43,10 +47,6 @@ class Concept:
     source: str  # "12sl" | "ecgdeli"
     column: str
     aggregation: str  # "global" | a LEAD_GROUPS key | "qrst_angle"
-
-    @property
-    def stem(self) -> str:
-        return self.column
 
     def source_columns(self) -> tuple[str, ...]:
         if self.aggregation == "global":
@@ -112,14 +112,17 @@ def concept_names() -> list[str]:
 
 
 def family_of(name: str) -> str:
-    try:
+    """The family of a panel concept or of a waveform-derived concept: the one concept-family lookup."""
+    if name in _BY_NAME:
         return _BY_NAME[name].family
-    except KeyError:
-        raise KeyError(f"unknown concept {name!r}; known: {concept_names()}") from None
+    if name in WAVEFORM_FAMILIES:
+        return WAVEFORM_FAMILIES[name]
+    raise KeyError(f"unknown concept {name!r}; known: {concept_names()} and {list(WAVEFORM_CONCEPTS)}")
 
 
-def concept(name: str) -> Concept:
-    return _BY_NAME[name]
+def concept_families(names: Sequence[str]) -> list[str]:
+    """`family_of` for each name, in order."""
+    return [family_of(name) for name in names]
 
 
 def required_columns(source: str) -> list[str]:

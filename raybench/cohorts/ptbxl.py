@@ -3,7 +3,7 @@
 Reads `ptbxl_database.csv` as text (patient_id stays "15709.0", the split key), refuses table-level
 problems with a ManifestError, checks every record at the chosen rate (records500: 12 x 5000,
 records100: 12 x 1000), takes concepts from PTB-XL+ tables or the waveform extractor, and hands
-the rest to `manifest.finish_manifest`. The bad-input policy is documented in manifest.py.
+the rest to `finish_manifest`. The bad-input policy is documented in `raybench.cohorts.manifest`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raybench.cohorts import manifest
-from raybench.cohorts.manifest import ManifestError
+from raybench.cohorts.manifest import (
+    ManifestError,
+    finish_manifest,
+    read_csv_text,
+    refuse_duplicate_ids,
+    refuse_shared_files,
+)
 from raybench.cohorts.panel import (
     CONCEPTS,
     WAVEFORM_CONCEPTS,
@@ -23,23 +28,17 @@ from raybench.cohorts.panel import (
     find_column,
     required_columns,
 )
-from raybench.cohorts.split import ptbxl_split
+from raybench.cohorts.record_checks import validate_records
+from raybench.cohorts.split import PTBXL_SPLIT_RULE, ptbxl_split
+from raybench.cohorts.waveform_concepts import waveform_concept_values
 
 DURATION_S = 10
-SPLIT_RULE = ("sha256('ecg_fm_interpretability_benchmark_v1:' + patient_id)[:8] / 0xFFFFFFFF: "
-              "<0.70 train, <0.85 val, else test")
 
 
-# ---------------------------------------------------------------- metadata table
 # ---------------------------------------------------------------- metadata table
 def read_database(path: Path) -> pd.DataFrame:
     """`ptbxl_database.csv` as strings (patient_id stays '15709.0'), with ecg_id int64, checked."""
-    if not path.exists():
-        raise ManifestError(f"{path} not found; pass the PTB-XL folder that holds ptbxl_database.csv")
-    try:
-        db = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except Exception as err:
-        raise ManifestError(f"cannot read {path} ({type(err).__name__}: {err}); re-download the csv") from err
+    db = read_csv_text(path, "pass the PTB-XL folder that holds ptbxl_database.csv")
     missing = [c for c in ("ecg_id", "patient_id", "filename_lr", "filename_hr") if c not in db.columns]
     if missing:
         raise ManifestError(f"{path} lacks columns {missing} (has {list(db.columns)[:8]}...); "
@@ -50,12 +49,7 @@ def read_database(path: Path) -> pd.DataFrame:
         rows = [(int(r) + 2, db["ecg_id"].iloc[r]) for r in bad[:5]]
         raise ManifestError(f"{path}: non-integer ecg_id at (line, value) {rows}; fix those rows")
     db["ecg_id"] = ids.astype(np.int64)
-    dup = db["ecg_id"].duplicated(keep=False)
-    if dup.any():
-        lines = db.index[dup].to_numpy() + 2
-        raise ManifestError(f"{path}: duplicate ecg_id {sorted(set(db['ecg_id'][dup].tolist()))[:5]} at lines "
-                            f"{lines[:10].tolist()}; keep exactly one row per record (a repeated record could land "
-                            "in two splits)")
+    refuse_duplicate_ids(db, "ecg_id", path)
     return db
 
 
@@ -79,19 +73,6 @@ def check_patient_spellings(db: pd.DataFrame, path: Path) -> None:
                             "write each patient_id identically in every row (the split hashes the text)")
 
 
-def _check_shared_files(db: pd.DataFrame, column: str, path: Path) -> None:
-    names = db[column].str.strip()
-    dup = (names != "") & names.duplicated(keep=False)
-    if dup.any():
-        raise ManifestError(f"{path}: several ecg_ids share a {column}: "
-                            f"{db.loc[dup, ['ecg_id', column]].head(6).values.tolist()}; "
-                            "each record needs its own waveform file")
-
-
-# ---------------------------------------------------------------- record checks
-
-
-# ---------------------------------------------------------------- PTB-XL+ concepts
 # ---------------------------------------------------------------- concepts
 def _read_feature_table(path: Path, source: str) -> tuple[pd.DataFrame, list[tuple[int, str, str]], int]:
     """Panel columns of one PTB-XL+ table as strings -> (table, bad-cell examples, bad-cell count)."""
@@ -162,22 +143,16 @@ def _resolve_concepts(mode: str, root: Path, features: Path, df: pd.DataFrame, n
     if mode == "tables" and not has_tables:
         raise ManifestError(f"concepts='tables' but {features / '12sl_features.csv'} is missing; add the PTB-XL+ "
                             "features folder or use concepts='waveform'")
-    if mode == "waveform" and not manifest.waveform_available():
-        raise ManifestError("concepts='waveform' needs raybench.cohorts.waveform_concepts, which is not installed")
     if mode == "tables" or (mode == "auto" and has_tables):
         values, names = _table_concepts(features, notes, summary)
         return "tables", names, values
-    if mode == "waveform" or (mode == "auto" and manifest.waveform_available()):
-        if mode == "auto":
-            notes.append(f"PTB-XL+ feature tables not found under {features}: concepts are the 7 waveform-derived "
-                         "ones (not the 49-concept panel). Add PTB-XL+ features/ for the full panel.")
-        values = manifest.waveform_concepts(root, df, num_cpus, notes, summary)
-        return "waveform", list(WAVEFORM_CONCEPTS), values
+    if mode == "none":
+        return "none", [], None
     if mode == "auto":
-        notes.append(f"WARNING: NO CONCEPTS: PTB-XL+ feature tables not found under {features} and the waveform "
-                     "extractor is unavailable; the manifest has no concept columns, so accessibility and coverage "
-                     "cannot be computed. Add PTB-XL+ features/ to fix.")
-    return "none", [], None
+        notes.append(f"PTB-XL+ feature tables not found under {features}: concepts are the 7 waveform-derived "
+                     "ones (not the 49-concept panel). Add PTB-XL+ features/ for the full panel.")
+    values = waveform_concept_values(root, df, num_cpus, notes, summary)
+    return "waveform", list(WAVEFORM_CONCEPTS), values
 
 
 def build_ptbxl_manifest(root: str | Path, out_dir: str | Path, sampling_rate: int = 500, concepts: str = "auto",
@@ -197,7 +172,7 @@ def build_ptbxl_manifest(root: str | Path, out_dir: str | Path, sampling_rate: i
     db = read_database(db_path)
     file_col = "filename_hr" if sampling_rate == 500 else "filename_lr"
     check_patient_spellings(db, db_path)
-    _check_shared_files(db, file_col, db_path)
+    refuse_shared_files(db, "ecg_id", file_col, db_path)
     n_samples = DURATION_S * sampling_rate
     db[file_col] = db[file_col].str.strip()
 
@@ -211,8 +186,8 @@ def build_ptbxl_manifest(root: str | Path, out_dir: str | Path, sampling_rate: i
         quarantine.append({"ecg_id": int(eid), "path": rel, "reason": "missing_patient_id",
                            "detail": "empty patient_id: cannot assign a patient-level split"})
     candidates = db[~no_file & ~no_patient]
-    ok, bad = manifest.validate_records(root, list(zip(candidates["ecg_id"], candidates[file_col], strict=True)),
-                                        sampling_rate, n_samples)
+    ok, bad = validate_records(root, list(zip(candidates["ecg_id"], candidates[file_col], strict=True)),
+                               sampling_rate, n_samples)
     quarantine.extend(bad)
     good = candidates[np.asarray(ok, dtype=bool)]
     records = pd.DataFrame({
@@ -230,8 +205,8 @@ def build_ptbxl_manifest(root: str | Path, out_dir: str | Path, sampling_rate: i
     summary: dict = {"cohort": cohort, "sampling_rate": sampling_rate, "records_listed": int(len(db))}
     features = Path(features_dir) if features_dir is not None else root / "features"
     source, names, values = _resolve_concepts(concepts, root, features, records, num_cpus, notes, summary)
-    return manifest.finish_manifest(out_dir, records, root, values, names, source, quarantine, notes, summary,
-                                    SPLIT_RULE)
+    return finish_manifest(out_dir, records, root, values, names, source, quarantine, notes, summary,
+                           PTBXL_SPLIT_RULE)
 
 
 def build_synth_manifest(cohort_dir: str | Path, out_dir: str | Path, sampling_rate: int = 500,

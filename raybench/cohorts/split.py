@@ -15,6 +15,10 @@ import hashlib
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 PTBXL_SALT = "ecg_fm_interpretability_benchmark_v1:"
 MIMIC_SALT = "external-head-v1:"
+# the rules as summary.json states them
+PTBXL_SPLIT_RULE = f"sha256('{PTBXL_SALT}' + patient_id)[:8] / 0xFFFFFFFF: <0.70 train, <0.85 val, else test"
+MIMIC_SPLIT_RULE = (f"int.from_bytes(sha256('{MIMIC_SALT}' + subject_id).digest()[:8], 'big') % 10: "
+                    "0-6 train, 7 val, 8-9 test")
 
 
 def ptbxl_bucket(patient_id: str) -> float:

@@ -1,22 +1,9 @@
-"""Synthetic PTB-XL-shaped cohort whose concept values are known by construction.
+"""Synthetic PTB-XL-shaped cohort whose concept values are known by construction: the cohort writer.
 
-Every record is a train of parametric P-QRS-T beats. Each wave has compact support, so its onset and
-end are exact times a delineator can see on the noiseless beat (Gaussian waves have no onset: any
-threshold on their tails is a convention, and no detector sees a wave 3 sigma out). P, R, S and T are
-raised-cosine (Hann) bumps, Q is a half-sine (a sharp onset, so a small q is visible at the start of
-the R upstroke), and the ST level is reached at the J point (it rises from the S peak, as J-point
-elevation/depression does, so the QRS ends with a flat slope at J), stays flat and falls with the T
-wave's second half to the T end. Each wave has one time course per record (shared by all leads) and
-one amplitude per lead, so the 12 x T signal is `amplitudes[12, 6] @ profiles[6, T]`.
-
-QRS geometry (fractions of the QRS duration d, QRS onset at 0): Q on [0, 0.25 d], R on [0, 0.62 d],
-S on [0.42 d, d]. Every lead has a positive R and a negative S (limb leads carry a floor of both), so
-every lead's QRS deflection starts at 0 and ends at d: the drawn global QRS extent is exactly
-QRS_Dur. Likewise PR = P onset -> QRS onset and QT = QRS onset -> T end are exact support boundaries.
-Per-lead amplitudes come from frontal axes (limb leads: projection cos(axis - lead angle)) and
-precordial progression profiles, so axes, amplitudes, intervals and rate all visibly shape the
-waveform. A record's parameters are its patient's traits plus small per-record jitter; sites and
-devices differ in noise and baseline wander.
+The records are trains of parametric P-QRS-T beats (`raybench.cohorts.synth_beats`) drawn from patient
+traits plus small per-record jitter (`raybench.cohorts.synth_params`); the feature tables and the ground
+truth are what the noiseless beat shows (`raybench.cohorts.synth_truth`). Sites and devices differ in
+noise and baseline wander.
 
 Written folder (same layout and column names as PTB-XL 1.0.3 + PTB-XL+ features):
     ptbxl_database.csv                    28 PTB-XL columns; patient_id written as "123.0"
@@ -27,23 +14,6 @@ Written folder (same layout and column names as PTB-XL 1.0.3 + PTB-XL+ features)
     ground_truth.csv                      ecg_id, planted_defect, the 49 raw concepts, the 7 waveform concepts
     params.json                           generator arguments (reuse check)
 
-Table units follow PTB-XL+: amplitudes in microvolts, durations in ms, areas in microvolt*ms, axes in
-degrees. Table values are what the noiseless beat shows: R amplitude = the value at the R peak (the
-planted R: no other wave overlaps it); Q/S amplitude = the most negative value before/after the R peak
-(0 when the lead shows none; Q is smaller than the planted Q because the R upstroke overlaps it, S
-includes the ST level rising into the J point); P, T and ST amplitude = the planted P, T and ST level
-(T measured above the ST level, which it rides on); QRS_Balance = Q + R + S amplitude; areas = exact
-integrals of the drawn waves (net over the QRS; P and T wave alone);
-RR_Mean = mean of the in-record RR intervals, RR_Mean_Global_iqr their IQR, HR = 60000 / RR_Mean;
-PR = P onset to QRS onset (PQ the same), QT = QRS onset to T end, QTc Bazett/Fridericia/Framingham
-from QT and RR_Mean; records without P waves have P_Found 0, P amplitudes/areas 0 and NaN P timing.
-
-Waveform concepts (ground truth for the waveform extractor, docs/protocol.md §4),
-measured on the noiseless single-beat template: rr_mean_ms = median RR; qrs_duration_ms, pr_interval_ms,
-qt_like_ms = the exact support boundaries above (equal to QRS_Dur, PR_Int, QT_Int);
-r/t/st_amp_global_mv = largest |value| over the 12 leads at the R peak, the T peak and 60 ms after the
-J point (a magnitude, in mV).
-
 `bad_fraction` plants defective records (ground_truth.planted_defect names the quarantine reason the
 manifest must give): truncated .dat, NaN samples in a lead, a flat lead, a wrong rate in the header,
 a missing lead.
@@ -52,16 +22,16 @@ a missing lead.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from raybench.cohorts.panel import CONCEPTS, LEAD_GROUPS, WAVEFORM_CONCEPTS, concept_names, qrst_angle
-from raybench.cohorts.waveforms import LEADS
-from raybench.io import atomic_dir
+from raybench.atomic import atomic_dir
+from raybench.cohorts.synth_beats import WAVES, lead_amplitudes, peak_time, wave_geometry, wave_profiles
+from raybench.cohorts.synth_params import draw_patients, draw_records
+from raybench.cohorts.synth_truth import feature_tables, ground_truth, waveform_truth
 
 GENERATOR_VERSION = 2
 PTBXL_COLUMNS: tuple[str, ...] = (
@@ -80,306 +50,6 @@ SITES: dict[int, tuple[tuple[str, ...], float, float]] = {
     1: (("AT-6     6", "AT-60    3"), 0.012, 0.08),
     2: (("AT-6 C   5",), 0.018, 0.12),
 }
-_LIMB_ANGLES = np.deg2rad(np.array([0.0, 60.0, 120.0, -150.0, -30.0, 90.0]))
-_WAVES = ("P", "Q", "R", "S", "T", "ST")
-# QRS wave supports as fractions of the QRS duration: (start, length) of Q, R, S (module doc)
-Q_SPAN, R_SPAN, S_SPAN = (0.0, 0.25), (0.0, 0.62), (0.42, 0.58)
-ST_RISE_FROM = S_SPAN[0] + S_SPAN[1] / 2  # the ST level rises from the S peak to the J point
-# every limb lead shows an r and an s of at least this fraction of the QRS magnitude (the QRS loop's
-# width: a lead perpendicular to the axis is equiphasic, not flat), so lead II carries a visible R
-LOOP_WIDTH = 0.25
-ST_SEGMENT_MS = 40.0  # shortest J point -> T onset
-
-
-# ---------------------------------------------------------------- parameters
-def _draw_patients(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-    axis_dev = rng.random(n)
-    qrs_axis = np.where(axis_dev < 0.12, rng.uniform(-75, -30, n),
-                        np.where(axis_dev > 0.95, rng.uniform(95, 150, n), rng.normal(45, 22, n).clip(-29, 94)))
-    wide_angle = rng.random(n) < 0.08
-    t_axis = qrs_axis + np.where(wide_angle, rng.choice([-1, 1], n) * rng.uniform(90, 170, n), rng.normal(0, 20, n))
-    region = rng.integers(0, 4, n)  # 0 none, 1 inferior, 2 lateral, 3 anterior ST shift
-    st_shift = np.where((rng.random(n) < 0.15) & (region > 0), rng.choice([-1, 1], n) * rng.uniform(0.08, 0.3, n), 0)
-    site = rng.choice(3, n, p=[0.6, 0.3, 0.1])
-    return {
-        "hr": rng.normal(72, 14, n).clip(48, 115),
-        "rr_var": rng.uniform(0.005, 0.06, n),
-        "p_present": rng.random(n) > 0.05,
-        "pr": rng.uniform(125, 215, n),
-        "p_dur": rng.uniform(80, 120, n),
-        "qrs": np.where(rng.random(n) < 0.15, rng.uniform(110, 138, n), rng.uniform(72, 108, n)),
-        "qtc": rng.normal(415, 18, n).clip(370, 470),
-        "t_frac": rng.uniform(0.38, 0.5, n),
-        "qrs_axis": qrs_axis,
-        "t_axis": t_axis,
-        "p_axis": rng.normal(55, 18, n),
-        "st_axis": rng.uniform(-180, 180, n),
-        "m_qrs": rng.uniform(0.6, 1.6, n),
-        "m_prec": rng.uniform(0.8, 2.4, n),
-        "q_frac": rng.uniform(0.0, 0.25, n),
-        "transition": rng.uniform(-1.0, 1.0, n),
-        "m_t": rng.uniform(0.15, 0.5, n),
-        "m_tprec": rng.uniform(0.2, 0.8, n),
-        "t_invert_ant": rng.random(n) < 0.07,
-        "m_p": rng.uniform(0.08, 0.25, n),
-        "m_st": rng.uniform(0.0, 0.06, n),
-        "st_region": region,
-        "st_shift": st_shift,
-        "site": site,
-        "age": rng.integers(18, 90, n).astype(float),
-        "sex": rng.integers(0, 2, n),
-    }
-
-
-def _draw_records(rng: np.random.Generator, pat: dict[str, np.ndarray], who: np.ndarray) -> dict[str, np.ndarray]:
-    n = len(who)
-
-    def jit(key: str, scale: float, relative: bool = False) -> np.ndarray:
-        base = pat[key][who]
-        eps = rng.normal(0, scale, n)
-        return base * (1 + eps) if relative else base + eps
-
-    rec = {
-        "hr": jit("hr", 3.0).clip(45, 120),
-        "rr_var": pat["rr_var"][who],
-        "p_present": pat["p_present"][who],
-        "pr": jit("pr", 4.0).clip(120, 220),
-        "p_dur": jit("p_dur", 3.0).clip(75, 125),
-        "qrs": jit("qrs", 3.0).clip(70, 140),
-        "qtc": jit("qtc", 6.0),
-        "t_frac": pat["t_frac"][who],
-        "qrs_axis": jit("qrs_axis", 4.0),
-        "t_axis": jit("t_axis", 5.0),
-        "p_axis": jit("p_axis", 5.0),
-        "st_axis": pat["st_axis"][who],
-        "m_qrs": jit("m_qrs", 0.05, True),
-        "m_prec": jit("m_prec", 0.05, True),
-        "q_frac": pat["q_frac"][who],
-        "transition": jit("transition", 0.1).clip(-1, 1),
-        "m_t": jit("m_t", 0.06, True),
-        "m_tprec": jit("m_tprec", 0.06, True),
-        "t_invert_ant": pat["t_invert_ant"][who],
-        "m_p": jit("m_p", 0.06, True),
-        "m_st": pat["m_st"][who],
-        "st_region": pat["st_region"][who],
-        "st_shift": jit("st_shift", 0.01) * (pat["st_shift"][who] != 0),
-        "site": pat["site"][who],
-    }
-    rec["p_dur"] = np.minimum(rec["p_dur"], rec["pr"] - 30.0)
-    for key in ("qrs_axis", "t_axis", "p_axis"):
-        rec[key] = _wrap_deg(rec[key])
-    return rec
-
-
-def _wrap_deg(x: np.ndarray) -> np.ndarray:
-    """Angles into (-180, 180]."""
-    return -(np.mod(-np.asarray(x, dtype=np.float64) + 180.0, 360.0) - 180.0)
-
-
-def _interp_profile(profile: np.ndarray, shift: np.ndarray) -> np.ndarray:
-    """Precordial profile sampled at V-index + shift (per record): [N, 6]."""
-    pos = np.clip(np.arange(6)[None, :] + shift[:, None], 0, 5)
-    return np.stack([np.interp(p, np.arange(6), profile) for p in pos])
-
-
-def lead_amplitudes(rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-lead wave amplitudes in mV, each [N, 12] in LEADS order."""
-    n = len(rec["hr"])
-    limb = lambda ang: np.cos(np.deg2rad(ang)[:, None] - _LIMB_ANGLES[None, :])  # noqa: E731
-    net = rec["m_qrs"][:, None] * limb(rec["qrs_axis"])
-    base = LOOP_WIDTH * rec["m_qrs"][:, None]
-    r_limb = base + np.maximum(net, 0)
-    s_limb = -(base + np.maximum(-net, 0))
-    q_limb = -rec["q_frac"][:, None] * np.maximum(net, 0)
-    shift = rec["transition"]
-    r_prec = rec["m_prec"][:, None] * _interp_profile(np.array([0.15, 0.3, 0.55, 0.9, 1.0, 0.8]), shift)
-    s_prec = -rec["m_prec"][:, None] * _interp_profile(np.array([0.9, 1.0, 0.7, 0.4, 0.2, 0.1]), shift)
-    q_prec = np.zeros((n, 6))
-    q_prec[:, 4:] = -rec["q_frac"][:, None] * r_prec[:, 4:]
-    t_limb = rec["m_t"][:, None] * limb(rec["t_axis"])
-    t_prec = rec["m_tprec"][:, None] * np.array([0.15, 0.6, 0.9, 1.0, 0.8, 0.6])[None, :]
-    t_prec[:, :4] *= np.where(rec["t_invert_ant"], -1.0, 1.0)[:, None]
-    p_on = rec["p_present"].astype(float)[:, None]
-    p_limb = p_on * rec["m_p"][:, None] * limb(rec["p_axis"])
-    p_prec = p_on * rec["m_p"][:, None] * np.array([0.5, 0.6, 0.5, 0.45, 0.4, 0.35])[None, :]
-    st = np.concatenate([rec["m_st"][:, None] * limb(rec["st_axis"]),
-                         rec["m_st"][:, None] * np.array([0.8, 1.0, 0.6, 0.3, 0.1, 0.0])[None, :]], axis=1)
-    for region, group in ((1, "inferior"), (2, "lateral"), (3, "anterior")):
-        idx = [LEADS.index(lead) for lead in LEAD_GROUPS[group]]
-        st[:, idx] += np.where(rec["st_region"] == region, rec["st_shift"], 0.0)[:, None]
-    return {
-        "P": np.concatenate([p_limb, p_prec], 1), "Q": np.concatenate([q_limb, q_prec], 1),
-        "R": np.concatenate([r_limb, r_prec], 1), "S": np.concatenate([s_limb, s_prec], 1),
-        "T": np.concatenate([t_limb, t_prec], 1), "ST": st,
-    }
-
-
-def wave_geometry(rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-record timing (ms, relative to QRS onset): start and length of P Q R S T, J point, T end."""
-    qrs, pr, p_dur = rec["qrs"], rec["pr"], rec["p_dur"]
-    rr_nominal = 60000.0 / rec["hr"]
-    qt = rec["qtc"] * np.sqrt(rr_nominal / 1000.0)
-    t_dur = np.minimum(rec["t_frac"] * qt, qt - qrs - ST_SEGMENT_MS)
-    return {
-        "start": np.stack([-pr, Q_SPAN[0] * qrs, R_SPAN[0] * qrs, S_SPAN[0] * qrs, qt - t_dur], 1),
-        "dur": np.stack([p_dur, Q_SPAN[1] * qrs, R_SPAN[1] * qrs, S_SPAN[1] * qrs, t_dur], 1),
-        "j": qrs, "qt": qt, "t_dur": t_dur, "rr_nominal": rr_nominal,
-    }
-
-
-def _hann(x: np.ndarray) -> np.ndarray:
-    """Raised-cosine bump on [0, 1] (peak 1 at 0.5, zero outside; area 1/2)."""
-    return np.where((x > 0) & (x < 1), 0.5 * (1.0 - np.cos(2.0 * np.pi * x)), 0.0)
-
-
-def _half_sine(x: np.ndarray) -> np.ndarray:
-    """Half-sine bump on [0, 1] (peak 1 at 0.5, zero outside; area 2/pi); its onset is a visible kink."""
-    return np.where((x > 0) & (x < 1), np.sin(np.pi * np.clip(x, 0.0, 1.0)), 0.0)
-
-
-def _st_plateau(t: np.ndarray, j: float, t_end: float, t_dur: float) -> np.ndarray:
-    """ST level: half-cosine rise from the S peak to 1 at the J point, 1 until the T peak, then falls with
-    exactly the T wave's second-half shape to 0 at the T end (so T + ST peaks at the T peak)."""
-    rise_from = ST_RISE_FROM * j
-    rise = 0.5 * (1.0 - np.cos(np.pi * np.clip((t - rise_from) / (j - rise_from), 0.0, 1.0)))
-    half = t_dur / 2.0
-    fall = 0.5 * (1.0 + np.cos(np.pi * np.clip((t - (t_end - half)) / half, 0.0, 1.0)))
-    return rise * fall
-
-
-def _profiles(t: np.ndarray, onsets: np.ndarray, start: np.ndarray, dur: np.ndarray, j: float,
-              t_end: float) -> np.ndarray:
-    """[6, len(t)] time courses (P Q R S T ST) summed over beats with QRS onsets `onsets` (ms).
-
-    `t` must be a uniform grid from 0. Each beat is evaluated only on its own window (P onset to
-    T end, every wave having compact support), then scattered into place.
-    """
-    if t.size == 1:
-        rel = t[None, :] - onsets[:, None]
-        return _beat_waves(rel, start, dur, j, t_end).sum(1)
-    dt = float(t[1] - t[0])
-    pre = -start[0] + dt
-    post = t_end + dt
-    width = int(np.ceil((pre + post) / dt)) + 1
-    first = np.floor((onsets - pre) / dt).astype(np.int64)
-    idx = first[:, None] + np.arange(width)[None, :]  # [beats, W]
-    rel = idx * dt - onsets[:, None]
-    waves = _beat_waves(rel, start, dur, j, t_end)  # [6, beats, W]
-    ok = (idx >= 0) & (idx < t.size)
-    flat_idx = idx[ok]
-    return np.stack([np.bincount(flat_idx, weights=w[ok], minlength=t.size) for w in waves])
-
-
-def _beat_waves(rel: np.ndarray, start: np.ndarray, dur: np.ndarray, j: float, t_end: float) -> np.ndarray:
-    """[6, *rel.shape]: P Q R S T bumps and the ST plateau at times `rel` (ms from QRS onset)."""
-    out = np.empty((6, *rel.shape))
-    for w in range(5):
-        x = (rel - start[w]) / dur[w]
-        out[w] = _half_sine(x) if _WAVES[w] == "Q" else _hann(x)
-    out[5] = _st_plateau(rel, j, t_end, float(dur[4]))
-    return out
-
-
-def template_value(amps: dict[str, np.ndarray], geo: dict[str, np.ndarray], i: int, t_rel: float) -> np.ndarray:
-    """Noiseless single-beat template of record i at `t_rel` ms after QRS onset: [12] mV."""
-    prof = _profiles(np.array([t_rel]), np.zeros(1), geo["start"][i], geo["dur"][i], geo["j"][i], geo["qt"][i])
-    a = np.stack([amps[w][i] for w in _WAVES], 1)  # [12, 6]
-    return (a @ prof)[:, 0]
-
-
-def peak_time(geo: dict[str, np.ndarray], wave: str) -> np.ndarray:
-    """Time (ms from QRS onset) of the peak of P Q R S or T, per record."""
-    k = _WAVES.index(wave)
-    return geo["start"][:, k] + 0.5 * geo["dur"][:, k]
-
-
-def drawn_qrs_amplitudes(q: np.ndarray, r: np.ndarray, s: np.ndarray, st: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Drawn Q and S amplitudes (<= 0) from the planted Q, R, S and ST amplitudes (any matching shapes).
-
-    Q = the most negative value before the R peak, S = the most negative value after it (0 when the
-    lead shows none). Every QRS wave and the ST rise scale with the QRS duration, so these depend on the
-    amplitudes only; evaluated on a fine grid of the QRS in units of its duration. (The R peak itself
-    overlaps no other wave, so the drawn R equals the planted R.)
-    """
-    u = np.linspace(0.0, 1.0, 1001)
-    shapes = {
-        "Q": _half_sine((u - Q_SPAN[0]) / Q_SPAN[1]), "R": _hann((u - R_SPAN[0]) / R_SPAN[1]),
-        "S": _hann((u - S_SPAN[0]) / S_SPAN[1]),
-        "ST": 0.5 * (1.0 - np.cos(np.pi * np.clip((u - ST_RISE_FROM) / (1.0 - ST_RISE_FROM), 0.0, 1.0))),
-    }
-    drawn = sum(np.asarray(amp, dtype=float)[..., None] * shapes[w]
-                for w, amp in (("Q", q), ("R", r), ("S", s), ("ST", st)))
-    before = u <= R_SPAN[0] + R_SPAN[1] / 2
-    q_drawn = np.minimum(drawn[..., before].min(-1), 0.0)
-    s_drawn = np.minimum(drawn[..., ~before].min(-1), 0.0)
-    return q_drawn, s_drawn
-
-
-# ---------------------------------------------------------------- ground truth
-def _absmax(x: np.ndarray) -> np.ndarray:
-    """Signed value with the largest |value| per row (ground-truth twin of panel.signed_absmax)."""
-    out = np.full(x.shape[0], np.nan)
-    for i, row in enumerate(x):
-        ok = row[np.isfinite(row)]
-        if ok.size:
-            out[i] = ok[np.argmax(np.abs(ok))]
-    return out
-
-
-def _tables(rec: dict[str, np.ndarray], amps: dict[str, np.ndarray], geo: dict[str, np.ndarray],
-            rr_stats: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """PTB-XL+ style columns (12sl, ecgdeli) in table units."""
-    uv = {w: amps[w] * 1000.0 for w in _WAVES}
-    dur = geo["dur"]
-    qrs = geo["j"][:, None]
-    q_drawn, s_drawn = drawn_qrs_amplitudes(uv["Q"], uv["R"], uv["S"], uv["ST"])
-    has_p = rec["p_present"]
-    nan_if_no_p = lambda x: np.where(has_p, x, np.nan)  # noqa: E731
-    rr_mean, rr_iqr = rr_stats[:, 0], rr_stats[:, 1]
-    rr_s = rr_mean / 1000.0
-    qt = geo["qt"]
-    hr = 60000.0 / rr_mean
-    t12: dict[str, np.ndarray] = {
-        "HR_Ventr_Global": hr, "HR_Atrial_Global": nan_if_no_p(hr), "RR_Mean_Global": rr_mean,
-        "P_Found_Global": has_p.astype(float), "PR_Int_Global": nan_if_no_p(rec["pr"]),
-        "P_Dur_Global": nan_if_no_p(rec["p_dur"]), "QRS_Dur_Global": rec["qrs"], "QT_Int_Global": qt,
-        "QT_IntBazett_Global": qt / np.sqrt(rr_s), "QT_IntFridericia_Global": qt / np.cbrt(rr_s),
-        "QT_IntFramingham_Global": qt + 154.0 * (1.0 - rr_s), "P_AxisFront_Global": nan_if_no_p(rec["p_axis"]),
-        "R_AxisFrontal_Global": rec["qrs_axis"], "T_AxisFront_Global": rec["t_axis"],
-    }
-    # exact integrals: half-sine area = 2/pi * length, Hann and half-cosine ramp areas = length / 2
-    qrs_area = (uv["Q"] * Q_SPAN[1] * 2.0 / math.pi + uv["R"] * R_SPAN[1] / 2.0 + uv["S"] * S_SPAN[1] / 2.0
-                + uv["ST"] * (1.0 - ST_RISE_FROM) / 2.0) * qrs
-    per_lead = {
-        "P_Amp": uv["P"], "Q_Amp": q_drawn, "R_Amp": uv["R"], "S_Amp": s_drawn, "T_Amp": uv["T"], "ST_Amp": uv["ST"],
-        "QRS_Balance": q_drawn + uv["R"] + s_drawn, "QRS_Area": qrs_area,
-        "P_AreaFull": uv["P"] * dur[:, 0:1] / 2.0, "T_AreaFull": uv["T"] * dur[:, 4:5] / 2.0,
-    }
-    for stem, values in per_lead.items():
-        for k, lead in enumerate(LEADS):
-            t12[f"{stem}_{lead}"] = values[:, k]
-    tdeli: dict[str, np.ndarray] = {"RR_Mean_Global_iqr": rr_iqr, "PQ_Int_Global": nan_if_no_p(rec["pr"]),
-                                    "T_Dur_Global": geo["t_dur"]}
-    for k, lead in enumerate(LEADS):
-        tdeli[f"ST_Elev_{lead}"] = uv["ST"][:, k]
-    return t12, tdeli
-
-
-def _ground_truth(t12: dict[str, np.ndarray], tdeli: dict[str, np.ndarray], deli_ok: np.ndarray) -> pd.DataFrame:
-    """The 49 raw concepts straight from the planted per-lead arrays (independent of panel.compute_panel)."""
-    gt: dict[str, np.ndarray] = {}
-    for c in CONCEPTS:
-        src = t12 if c.source == "12sl" else tdeli
-        if c.aggregation == "qrst_angle":
-            val = qrst_angle(t12["R_AxisFrontal_Global"], t12["T_AxisFront_Global"])
-        elif c.aggregation == "global":
-            val = np.asarray(src[c.column], dtype=float).copy()
-        else:
-            val = _absmax(np.stack([src[f"{c.column}_{lead}"] for lead in LEAD_GROUPS[c.aggregation]], 1))
-        if c.source == "ecgdeli":
-            val = np.where(deli_ok, val, np.nan)
-        gt[c.name] = val
-    return pd.DataFrame(gt)[concept_names()]
 
 
 # ---------------------------------------------------------------- WFDB writing
@@ -470,10 +140,10 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
     rng = np.random.default_rng(seed)
-    pat = _draw_patients(rng, n_patients)
+    pat = draw_patients(rng, n_patients)
     pid_text = np.array([f"{p}.0" for p in rng.choice(np.arange(1, 10 * n_patients + 10), n_patients, replace=False)])
     who = rng.permutation(np.concatenate([np.arange(n_patients), rng.integers(0, n_patients, n_records - n_patients)]))
-    rec = _draw_records(rng, pat, who)
+    rec = draw_records(rng, pat, who)
     amps = lead_amplitudes(rec)
     geo = wave_geometry(rec)
     devices = [SITES[int(s)][0][int(rng.integers(len(SITES[int(s)][0])))] for s in rec["site"]]
@@ -488,7 +158,7 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
     t500 = np.arange(int(DURATION_S * 500)) * 2.0  # ms
     t100 = np.arange(int(DURATION_S * 100)) * 10.0
     rr_stats = np.empty((n_records, 3))  # mean, IQR, median of in-record RR intervals
-    a_all = np.stack([amps[w] for w in _WAVES], 2)  # [N, 12, 6]
+    a_all = np.stack([amps[w] for w in WAVES], 2)  # [N, 12, 6]
     r_time = peak_time(geo, "R")
     names_hr, names_lr = db["filename_hr"].tolist(), db["filename_lr"].tolist()
     with atomic_dir(out_dir) as tmp:
@@ -503,8 +173,8 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
             q25, q50, q75 = np.percentile(rr, [25, 50, 75])
             rr_stats[i] = (rr.mean(), q75 - q25, q50)
             args = (onsets, geo["start"][i], geo["dur"][i], float(geo["j"][i]), float(geo["qt"][i]))
-            clean500 = a_all[i] @ _profiles(t500, *args)
-            clean100 = a_all[i] @ _profiles(t100, *args)
+            clean500 = a_all[i] @ wave_profiles(t500, *args)
+            clean100 = a_all[i] @ wave_profiles(t100, *args)
             _, noise_sd, wander_amp = SITES[int(rec["site"][i])]
             noise = rrng.normal(0, noise_sd, (12, t500.size))
             wander = (rrng.uniform(0.05, 0.5, 2), rrng.uniform(0, 2 * np.pi, 2),
@@ -517,13 +187,13 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
                 base.parent.mkdir(parents=True, exist_ok=True)
                 _write_record(base, fs, sig, defect, rrng)
 
-        t12, tdeli = _tables(rec, amps, geo, rr_stats)
+        t12, tdeli = feature_tables(rec, amps, geo, rr_stats)
         ids = db["ecg_id"].to_numpy()
         pd.DataFrame({"ecg_id": ids, **t12}).to_csv(tmp / "features" / "12sl_features.csv", index=False)
         deli = pd.DataFrame({"ecg_id": ids, **tdeli})[deli_ok]
         deli.to_csv(tmp / "features" / "ecgdeli_features.csv", index=False)
-        gt = _ground_truth(t12, tdeli, deli_ok)
-        wave = _waveform_truth(amps, geo, rr_stats[:, 2], rec["pr"], rec["p_present"])
+        gt = ground_truth(t12, tdeli, deli_ok)
+        wave = waveform_truth(amps, geo, rr_stats[:, 2], rec["pr"], rec["p_present"])
         gt.insert(0, "planted_defect", defects)
         gt.insert(0, "ecg_id", ids)
         gt = pd.concat([gt, wave], axis=1)
@@ -531,22 +201,6 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
         db.to_csv(tmp / "ptbxl_database.csv", index=False)
         (tmp / "params.json").write_text(json.dumps(_params(n_records, n_patients, seed, bad_fraction), indent=2))
     return out_dir
-
-
-def _waveform_truth(amps: dict[str, np.ndarray], geo: dict[str, np.ndarray], rr_median: np.ndarray,
-                    pr: np.ndarray, has_p: np.ndarray) -> pd.DataFrame:
-    n = len(rr_median)
-    r_amp, t_amp, st_amp = np.empty(n), np.empty(n), np.empty(n)
-    r_time, t_time = peak_time(geo, "R"), peak_time(geo, "T")
-    for i in range(n):
-        r_amp[i] = np.abs(template_value(amps, geo, i, r_time[i])).max()
-        t_amp[i] = np.abs(template_value(amps, geo, i, t_time[i])).max()
-        st_amp[i] = np.abs(template_value(amps, geo, i, geo["j"][i] + 60.0)).max()
-    out = pd.DataFrame({
-        "rr_mean_ms": rr_median, "qrs_duration_ms": geo["j"], "pr_interval_ms": np.where(has_p, pr, np.nan),
-        "qt_like_ms": geo["qt"], "r_amp_global_mv": r_amp, "st_amp_global_mv": st_amp, "t_amp_global_mv": t_amp,
-    })
-    return out[list(WAVEFORM_CONCEPTS)]
 
 
 def _params(n_records: int, n_patients: int, seed: int, bad_fraction: float) -> dict:

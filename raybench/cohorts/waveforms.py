@@ -1,7 +1,20 @@
-"""Read one WFDB record as a validated 12 x T float32 array in the standard lead order.
+"""Read one WFDB record as a validated 12 x T float32 array in millivolts, in the standard lead order.
 
 Every failure raises `RecordError` naming the record and the fix; callers quarantine the record
-(keeping the reason) instead of crashing the run.
+(keeping the reason) instead of crashing the run. What the reader changes in a usable record is never
+silent: `Waveform.notes` says it (the extraction writes the notes into the store's index.json).
+
+  leads       found by name (case-insensitive; AVR = aVR), put in `LEADS` order: a header in another order
+              is reordered (note); signals that are not one of the 12 leads are left out (note); a lead absent
+              -> `missing_leads`; a lead named twice -> `duplicate_leads` (which one is meant is unknowable)
+  units       the header's units are read per signal (WFDB default mV when absent): uV / V / nV are scaled
+              to mV (note); anything else (mmHg, NU, ...) -> `bad_units`
+  values      NaN (WFDB's invalid sample) -> `nan_lead`; +-Inf (e.g. a corrupt gain overflowing float32)
+              -> `inf_lead`; a constant lead, all-zero included (an empty or unconnected channel) ->
+              `flat_lead`; no samples -> `no_signal`
+  rate/length against what the manifest says: `rate_mismatch`, `length_mismatch`. Any rate and length
+              the manifest agrees with is read as is; each model's preprocessing resamples / pads it (and
+              notes that).
 """
 
 from __future__ import annotations
@@ -15,6 +28,10 @@ from raybench.errors import RaybenchError
 
 LEADS: tuple[str, ...] = ("I", "II", "III", "aVR", "aVL", "aVF", "V1", "V2", "V3", "V4", "V5", "V6")
 _CANON = {name.upper(): name for name in LEADS}
+# header units -> factor to millivolts (compared case-insensitively; WFDB's default unit is mV)
+UNIT_TO_MV: dict[str, float] = {"mv": 1.0, "millivolt": 1.0, "millivolts": 1.0, "uv": 1e-3, "\u00b5v": 1e-3,
+                                "\u03bcv": 1e-3, "microvolt": 1e-3, "microvolts": 1e-3, "v": 1e3, "volt": 1e3,
+                                "volts": 1e3, "nv": 1e-6}
 
 
 class RecordError(RaybenchError, ValueError):
@@ -32,6 +49,7 @@ class Waveform:
     signal: np.ndarray  # [12, T] float32, millivolts, leads in LEADS order
     fs: float
     record: str
+    notes: tuple[str, ...] = ()  # what the reader changed (leads reordered or left out, units scaled)
 
 
 def canonical_lead(name: str) -> str | None:
@@ -108,20 +126,21 @@ def parse_header(text: str) -> tuple[int, float, int | None, list[list[str]]]:
     return n_sig, fs, sig_len, lines[1:1 + n_sig]
 
 
-def _read_format16(base: Path) -> tuple[np.ndarray, float, int | None, list[str]] | None:
+def _read_format16(base: Path) -> tuple[np.ndarray, float, int | None, list[str], list[str]] | None:
     """Fast path for the common layout (PTB-XL, MIMIC): one format-16 file holding every signal.
 
-    Returns (physical signal [n, n_sig] float64 with NaN for invalid samples, fs, header sig_len, names),
-    or None when the header is anything else (then wfdb's general reader runs).
+    Returns (physical signal [n, n_sig] float64 with NaN for invalid samples, fs, header sig_len, names,
+    units), or None when the header is anything else (then wfdb's general reader runs).
     """
     try:
         n_sig, fs, sig_len, sigs = parse_header(base.with_suffix(".hea").read_text())
         if len(sigs) != n_sig or len({s[0] for s in sigs}) != 1 or any(s[1] != "16" for s in sigs):
             return None
-        gains, baselines = [], []
+        gains, baselines, units = [], [], []
         for s in sigs:
             gain_field = s[2] if len(s) > 2 else "200"
-            gain_txt = gain_field.split("/")[0]
+            gain_txt, _, unit = gain_field.partition("/")
+            units.append(unit or "mV")
             baseline = None
             if "(" in gain_txt:
                 gain_txt, baseline = gain_txt.rstrip(")").split("(")
@@ -138,7 +157,7 @@ def _read_format16(base: Path) -> tuple[np.ndarray, float, int | None, list[str]
     digital = digital.reshape(-1, n_sig)
     physical = (digital - np.asarray(baselines, np.float64)) / np.asarray(gains, np.float64)
     physical[digital == -32768] = np.nan
-    return physical, fs, sig_len, names
+    return physical, fs, sig_len, names, units
 
 
 def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
@@ -151,12 +170,13 @@ def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
     try:
         fast = _read_format16(base)
         if fast is not None:
-            sig, fs, sig_len, sig_names = fast
+            sig, fs, sig_len, sig_names, sig_units = fast
         else:
             import wfdb
 
             rec = wfdb.rdrecord(str(base))
             sig, fs, sig_len, sig_names = rec.p_signal, float(rec.fs), rec.sig_len, list(rec.sig_name)
+            sig_units = [u or "mV" for u in (rec.units or ["mV"] * len(sig_names))]
     except Exception as err:  # wfdb raises many types for corrupt/truncated files
         raise RecordError(rel_path, "unreadable",
                           f"cannot read WFDB files ({type(err).__name__}: {err}); re-download the record") from err
@@ -165,25 +185,81 @@ def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
     if sig_len is not None and sig.shape[0] != sig_len:
         raise RecordError(rel_path, "shape_mismatch",
                           f"header says {sig_len} samples but data has {sig.shape[0]}; the .dat is truncated")
+    if sig.shape[0] == 0:
+        raise RecordError(rel_path, "no_signal", "the record holds no samples; check the .dat file")
     if expect_fs is not None and abs(float(fs) - expect_fs) > 1e-6:
         raise RecordError(rel_path, "rate_mismatch",
                           f"sampling rate {fs} Hz, expected {expect_fs} Hz; use the matching records folder")
     if expect_samples is not None and sig.shape[0] != expect_samples:
         raise RecordError(rel_path, "length_mismatch",
                           f"{sig.shape[0]} samples, expected {expect_samples}; the record is truncated or mislabeled")
-    index = {}
+    notes: list[str] = []
+    index = _lead_index(rel_path, sig_names, notes)
+    factors = _mv_factors(rel_path, [sig_units[index[lead]] for lead in LEADS], notes)
+    with np.errstate(over="ignore", invalid="ignore"):
+        signal = np.stack([sig[:, index[lead]] * factors[k] for k, lead in enumerate(LEADS)]).astype(np.float32)
+    nan = [LEADS[i] for i in range(12) if np.isnan(signal[i]).any()]
+    inf = [LEADS[i] for i in range(12) if np.isinf(signal[i]).any()]
+    if nan:
+        raise RecordError(rel_path, "nan_lead", f"non-finite samples in leads {nan} (NaN: missing samples)"
+                          + (f"; infinite samples in leads {inf}" if inf else ""))
+    if inf:
+        raise RecordError(rel_path, "inf_lead", f"infinite samples in leads {inf} (values beyond float32 after the "
+                          "header's gain and units; the header's gain is corrupt)")
+    zero = [LEADS[i] for i in range(12) if not signal[i].any()]
+    flat = [LEADS[i] for i in range(12) if float(np.ptp(signal[i])) == 0.0 and LEADS[i] not in zero]
+    if zero or flat:
+        what = [f"all-zero leads {zero} (an empty or unconnected channel: nothing was recorded)"] if zero else []
+        what += [f"flat (constant) leads {flat}; electrode off or empty channel"] if flat else []
+        raise RecordError(rel_path, "flat_lead", "; ".join(what))
+    return Waveform(signal=signal, fs=float(fs), record=rel_path, notes=tuple(notes))
+
+
+def _lead_index(rel_path: str, sig_names: list[str], notes: list[str]) -> dict[str, int]:
+    """Header signal names -> {lead: column}; reordering and left-out signals are noted, gaps/duplicates refused."""
+    index: dict[str, int] = {}
+    duplicate, extra = [], []
     for i, name in enumerate(sig_names):
-        lead = canonical_lead(name)
-        if lead is not None and lead not in index:
+        lead = canonical_lead(str(name))
+        if lead is None:
+            extra.append(str(name))
+        elif lead in index:
+            duplicate.append(lead)
+        else:
             index[lead] = i
     missing = [lead for lead in LEADS if lead not in index]
     if missing:
         raise RecordError(rel_path, "missing_leads", f"leads {missing} absent (header has {sig_names})")
-    signal = np.stack([sig[:, index[lead]] for lead in LEADS]).astype(np.float32)
-    bad = [LEADS[i] for i in range(12) if not np.all(np.isfinite(signal[i]))]
+    if duplicate:
+        raise RecordError(rel_path, "duplicate_leads", f"leads {sorted(set(duplicate))} appear more than once "
+                          f"(header has {sig_names}); which signal is the lead cannot be told")
+    order = [index[lead] for lead in LEADS]
+    if order != sorted(order):
+        header_order = [canonical_lead(str(n)) for n in sig_names if canonical_lead(str(n)) is not None]
+        notes.append(f"leads reordered to the standard order (header order {', '.join(header_order)})")
+    if extra:
+        notes.append(f"signals {extra} left out (not one of the 12 standard leads)")
+    return index
+
+
+def _mv_factors(rel_path: str, units: list[str], notes: list[str]) -> list[float]:
+    """Each lead's header unit -> factor to mV; scaled units are noted, non-voltage units refused."""
+    factors: list[float] = []
+    bad: dict[str, list[str]] = {}
+    scaled: dict[str, list[str]] = {}
+    for lead, unit in zip(LEADS, units, strict=True):
+        factor = UNIT_TO_MV.get(str(unit).strip().lower())
+        if factor is None:
+            bad.setdefault(str(unit), []).append(lead)
+            factor = 1.0
+        elif factor != 1.0:
+            scaled.setdefault(str(unit), []).append(lead)
+        factors.append(factor)
     if bad:
-        raise RecordError(rel_path, "nan_lead", f"non-finite samples in leads {bad}")
-    flat = [LEADS[i] for i in range(12) if float(np.ptp(signal[i])) == 0.0]
-    if flat:
-        raise RecordError(rel_path, "flat_lead", f"flat (constant) leads {flat}; electrode off or empty channel")
-    return Waveform(signal=signal, fs=float(fs), record=rel_path)
+        raise RecordError(rel_path, "bad_units", "leads in units that are not a voltage: "
+                          + "; ".join(f"{u!r} in {leads}" for u, leads in bad.items())
+                          + f"; expected mV, uV or V (known: {sorted(UNIT_TO_MV)})")
+    for unit, leads in scaled.items():
+        which = "all leads" if len(leads) == len(LEADS) else f"leads {leads}"
+        notes.append(f"units {unit} -> mV (x{UNIT_TO_MV[unit.strip().lower()]:g}) in {which}")
+    return factors

@@ -8,12 +8,20 @@ into the actor (same resources), so each actor loads and encodes; with a GPU sha
 separate CPU tasks feeding the GPU actors. Bad records travel as flagged rows (zeros, never encoded)
 so the driver can quarantine them with their reason while writing the others in manifest order.
 
+Bad signals at this boundary never crash the run and are never changed silently: the reader's and the
+model's refusals (`RecordError`, the preprocessing's `SignalError`), a preprocessing that raises on one record
+(`preprocess_failed`) or returns another shape (`bad_input_shape`) quarantine that record with its reason;
+what the reader or the preprocessing changed in a record it kept (leads reordered, units scaled, a rate
+resampled, a short record padded) travels as the record's notes into every layer store's index.json
+(`record_notes`: note -> count and the first ecg_ids) and the summary.
+
 `plain_loop_activations` is the single-process reference the Ray path must reproduce.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -27,9 +35,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from raybench.cohorts.waveforms import RecordError, read_record
+from raybench.cohorts.waveforms import RecordError, Waveform, read_record
 from raybench.config import EncoderConfig, layer_for_depth
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, worker_builder
+from raybench.encoders.preprocess import SignalError, collect_notes
 from raybench.encoders.store import QUARANTINE_COLUMNS, ActivationStore
 from raybench.errors import RaybenchError
 
@@ -107,24 +116,56 @@ def _preprocessor(spec: EncoderSpec, builder: Builder | None, real: bool = False
     return _PREPROCESSORS[key]
 
 
-def native_input(root: str, row: dict[str, Any], preprocess: Callable[[np.ndarray, float], np.ndarray],
-                 name: str) -> np.ndarray:
-    """Read one record and apply a model's native preprocessing. Raises RecordError for bad records."""
-    wave = read_record(root, row["path"], expect_fs=float(row["fs"]), expect_samples=int(row["n_samples"]))
-    x = np.asarray(preprocess(wave.signal, wave.fs), dtype=np.float32)
+def read_input(root: str, row: dict[str, Any]) -> Waveform:
+    """The manifest row's record, checked against the manifest's rate and length (RecordError when bad)."""
+    return read_record(root, row["path"], expect_fs=float(row["fs"]), expect_samples=int(row["n_samples"]))
+
+
+def apply_preprocess(wave: Waveform, preprocess: Callable[[np.ndarray, float], np.ndarray], name: str,
+                     x_shape: tuple[int, ...] | None = None, wrap_errors: bool = True
+                     ) -> tuple[np.ndarray, list[str]]:
+    """One read record -> (native input, notes: the reader's then the preprocessing's). RecordError for a record
+    the model cannot take: its `SignalError` reason, `nonfinite_input`, `bad_input_shape` (when `x_shape` is
+    given), or, with `wrap_errors`, `preprocess_failed` for anything else the preprocessing raised."""
+    with collect_notes() as notes:
+        try:
+            x = np.asarray(preprocess(wave.signal, wave.fs), dtype=np.float32)
+        except SignalError as err:
+            raise RecordError(wave.record, err.reason, f"{name}: {err.detail}") from err
+        except Exception as err:
+            if not wrap_errors:
+                raise
+            raise RecordError(wave.record, "preprocess_failed", f"{name} preprocessing failed on this record "
+                              f"({type(err).__name__}: {err})") from err
+    if x_shape is not None and x.shape != tuple(x_shape):
+        raise RecordError(wave.record, "bad_input_shape", f"{name} preprocessing returned shape {list(x.shape)} "
+                          f"for this record ({wave.signal.shape[1]} samples at {wave.fs:g} Hz), the model takes "
+                          f"{list(x_shape)}")
     if not np.all(np.isfinite(x)):
-        raise RecordError(row["path"], "nonfinite_input",
+        raise RecordError(wave.record, "nonfinite_input",
                           f"{name} preprocessing produced non-finite values; check the record's leads")
+    return x, [*wave.notes, *notes]
+
+
+def native_input(root: str, row: dict[str, Any], preprocess: Callable[[np.ndarray, float], np.ndarray],
+                 name: str, notes: list[str] | None = None, x_shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Read one record and apply a model's native preprocessing. Raises RecordError for bad records (see
+    `apply_preprocess`); what was changed in a kept record is appended to `notes` when given."""
+    x, got = apply_preprocess(read_input(root, row), preprocess, name, x_shape)
+    if notes is not None:
+        notes.extend(got)
     return x
 
 
-def _worker_native(root: str, row: dict[str, Any], spec: EncoderSpec, builder: Builder | None) -> np.ndarray:
+def _worker_native(root: str, row: dict[str, Any], spec: EncoderSpec, builder: Builder | None,
+                   x_shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, list[str]]:
+    wave = read_input(root, row)
     try:
-        return native_input(root, row, _preprocessor(spec, builder).preprocess, spec.name)
+        return apply_preprocess(wave, _preprocessor(spec, builder).preprocess, spec.name, x_shape, wrap_errors=False)
     except RecordError:
         raise
     except Exception:  # preprocess needs real tensors: rebuild this worker's copy for real
-        return native_input(root, row, _preprocessor(spec, builder, real=True).preprocess, spec.name)
+        return apply_preprocess(wave, _preprocessor(spec, builder, real=True).preprocess, spec.name, x_shape)
 
 
 def load_batch(batch: dict[str, np.ndarray], *, root: str, spec: EncoderSpec, builder: Builder | None,
@@ -135,19 +176,18 @@ def load_batch(batch: dict[str, np.ndarray], *, root: str, spec: EncoderSpec, bu
     ok = np.ones(n, dtype=bool)
     reason = np.full(n, "", dtype=object)
     detail = np.full(n, "", dtype=object)
+    notes = np.full(n, "[]", dtype=object)  # JSON lists: what was changed in each kept record
     for i in range(n):
         row = {k: batch[k][i] for k in ("path", "fs", "n_samples")}
         try:
-            xi = _worker_native(root, row, spec, builder)
+            x[i], got = _worker_native(root, row, spec, builder, x_shape)
         except RecordError as err:
             ok[i], reason[i], detail[i] = False, err.reason, err.detail
             continue
-        if xi.shape != x_shape:
-            raise ExtractionError(f"{spec.name}.preprocess returned shape {xi.shape} for record {row['path']}, "
-                                  f"expected {x_shape}: native inputs must have one fixed shape")
-        x[i] = xi
+        notes[i] = json.dumps(got)
     return {"ecg_id": batch["ecg_id"].astype(np.int64), "split": batch["split"].astype(object),
-            "path": batch["path"].astype(object), "ok": ok, "reason": reason, "detail": detail, "x": x}
+            "path": batch["path"].astype(object), "ok": ok, "reason": reason, "detail": detail, "notes": notes,
+            "x": x}
 
 
 # ---------------------------------------------------------------- the encoder actor
@@ -179,7 +219,7 @@ class EncoderActor:
         states = np.zeros((n, len(self.layers), self.encoder.d), dtype=np.float32)
         if ok.any():
             states[ok] = encode_states(self.encoder, batch["x"][ok], self.layers, self.device)
-        out = {k: batch[k] for k in ("ecg_id", "split", "path", "ok", "reason", "detail")}
+        out = {k: batch[k] for k in ("ecg_id", "split", "path", "ok", "reason", "detail", "notes")}
         out["states"] = states
         out["device"] = np.full(n, self.label, dtype=object)
         return out
@@ -235,7 +275,7 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
         return summary
     if manifest.df.empty:
         raise ExtractionError(f"manifest {manifest.path} has no records; check the cohort and its quarantine.csv")
-    x_shape = _probe_shape(encoder, manifest.df.iloc[0])
+    x_shape = _probe_shape(encoder, manifest.df)
     init_ray()
     try:
         shared = [ray.put(encoder)]
@@ -257,7 +297,7 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = progress
         ds = _pipeline(manifest, spec, enc_cfg, todo, x_shape, builder, cpu_threads, shared)
-        quarantine, devices = _consume(ds, writers, todo, spec.name, n_total, t0, progress)
+        quarantine, devices, notes = _consume(ds, writers, todo, spec.name, n_total, t0, progress)
         del ds
         _check_counts(spec.name, writers[todo[0]], capacity, quarantine)
         if len(quarantine):
@@ -281,17 +321,22 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
     n_ok = n_total - len(quarantine)
     summary.update(records=n_ok, quarantined=len(quarantine), seconds=seconds, records_per_s=n_total / seconds,
                    devices=sorted(devices), store_dirs=dirs,
-                   quarantine_reasons=quarantine["reason"].value_counts().to_dict() if len(quarantine) else {})
+                   quarantine_reasons=quarantine["reason"].value_counts().to_dict() if len(quarantine) else {},
+                   record_notes={text: len(ids) for text, ids in notes.items()})
     if progress:
         _say(f"[encode] {spec.name}: {n_ok} records ({len(quarantine)} quarantined) x {len(todo)} layers in "
              f"{seconds:.1f}s, {n_total / seconds:.1f} rec/s on {', '.join(sorted(devices))}")
+        for text, ids in sorted(notes.items(), key=lambda kv: -len(kv[1])):
+            _say(f"[encode] {spec.name}: note on {len(ids)} records: {text}")
     return summary
 
 
 def _consume(ds, writers: dict, todo: list[int], name: str, n_total: int, t0: float,
-             progress: bool) -> tuple[pd.DataFrame, set[str]]:
-    """Stream the pipeline's batches into the layer writers in manifest order; returns (quarantine, devices)."""
+             progress: bool) -> tuple[pd.DataFrame, set[str], dict[str, list[int]]]:
+    """Stream the pipeline's batches into the layer writers in manifest order; returns (quarantine, devices,
+    notes: note text -> ecg_ids of the kept records it applies to). The writers get the notes too."""
     bad: list[pd.DataFrame] = []
+    notes: dict[str, list[int]] = {}
     seen = 0
     last_id = -(2**63)
     devices: set[str] = set()
@@ -307,6 +352,9 @@ def _consume(ds, writers: dict, todo: list[int], name: str, n_total: int, t0: fl
             mask = ok & (split == s)
             for j, layer in enumerate(todo):
                 writers[layer].append(s, ids[mask], states[mask, j])
+        for i in np.flatnonzero(ok):
+            for text in json.loads(batch["notes"][i]):
+                notes.setdefault(text, []).append(int(ids[i]))
         if not ok.all():
             bad.append(pd.DataFrame({k: batch[k][~ok] for k in QUARANTINE_COLUMNS}))
         devices.update(str(v) for v in np.unique(batch["device"]))
@@ -316,7 +364,9 @@ def _consume(ds, writers: dict, todo: list[int], name: str, n_total: int, t0: fl
             _say(f"[encode] {name}: {seen}/{n_total} records, {seen / (now - t0):.1f} rec/s")
             last_report = now
     quarantine = pd.concat(bad, ignore_index=True) if bad else pd.DataFrame(columns=list(QUARANTINE_COLUMNS))
-    return quarantine, devices
+    for writer in writers.values():
+        writer.set_notes(notes)
+    return quarantine, devices, notes
 
 
 def _check_counts(name: str, first_writer, capacity: dict[str, int], quarantine: pd.DataFrame) -> None:
@@ -403,13 +453,24 @@ def _resolve_layers(n_layers: int, layers: Sequence[int] | None, depths: Sequenc
     return out
 
 
-def _probe_shape(encoder: ECGEncoder, row: pd.Series) -> tuple[int, ...]:
-    """The fixed native input shape, from a synthetic record at the manifest's rate and length."""
-    fs, n = float(row["fs"]), int(row["n_samples"])
-    t = np.arange(n) / fs
-    rng = np.random.default_rng(0)
-    signal = (0.5 * np.sin(2 * np.pi * 1.2 * t)[None] + 0.05 * rng.standard_normal((12, n))).astype(np.float32)
-    return tuple(np.asarray(encoder.preprocess(signal, fs)).shape)
+def _probe_shape(encoder: ECGEncoder, rows: pd.DataFrame | pd.Series) -> tuple[int, ...]:
+    """The fixed native input shape, from a synthetic record at the manifest's rate and length (the most common
+    (fs, n_samples) first; a pair the model refuses, e.g. too short for its filter, gives way to the next)."""
+    if isinstance(rows, pd.Series):
+        rows = rows.to_frame().T
+    pairs = rows.groupby(["fs", "n_samples"], sort=False).size().sort_values(ascending=False, kind="stable")
+    errors = []
+    for fs, n in pairs.index:
+        fs, n = float(fs), int(n)
+        t = np.arange(n) / fs
+        rng = np.random.default_rng(0)
+        signal = (0.5 * np.sin(2 * np.pi * 1.2 * t)[None] + 0.05 * rng.standard_normal((12, n))).astype(np.float32)
+        try:
+            return tuple(np.asarray(encoder.preprocess(signal, fs)).shape)
+        except SignalError as err:
+            errors.append(f"{n} samples at {fs:g} Hz: {err.detail}")
+    raise ExtractionError(f"{encoder.name}: no record rate/length in the manifest is one the model takes: "
+                          + "; ".join(errors[:4]))
 
 
 def _say(msg: str) -> None:
@@ -437,9 +498,10 @@ def plain_loop_activations(manifest_path: str | os.PathLike, spec: EncoderSpec, 
             xs.clear()
             splits.clear()
 
+    x_shape = _probe_shape(encoder, manifest.df) if len(manifest.df) else None
     for row in manifest.df.to_dict("records"):
         try:
-            xs.append(native_input(manifest.root, row, encoder.preprocess, spec.name))
+            xs.append(native_input(manifest.root, row, encoder.preprocess, spec.name, x_shape=x_shape))
         except RecordError:
             continue
         splits.append(row["split"])

@@ -3,7 +3,9 @@
 Layout of `<run>/activations/<model>/layer_XX/`:
     <split>.npy            float32 [n, d], C order, plain `.npy` (np.load(..., mmap_mode="r") maps it)
     <split>_ecg_ids.npy    int64 [n], the records of each row, ascending ecg_id (manifest order)
-    index.json             written last: model, layer, n_layers, d, manifest_hash, fingerprint, splits, dtype
+    index.json             written last: model, layer, n_layers, d, manifest_hash, fingerprint, splits, dtype,
+                           record_notes (what the reader / preprocessing changed in kept records: each note
+                           -> {"n": records, "ecg_ids": the first NOTE_IDS of them, ascending})
 A writer fills a hidden temp folder beside the final one (pre-allocated memory maps, so memory stays
 bounded) and renames it into place only after index.json is written; a killed run leaves at most a
 hidden `.layer_XX.<pid>.<token>.tmp` folder, which the next writer removes.
@@ -15,7 +17,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,13 @@ import numpy as np
 import pandas as pd
 
 from raybench import __version__
+from raybench.atomic import atomic_path, write_json
+from raybench.config import ModelDims
 from raybench.errors import RaybenchError
-from raybench.io import atomic_path, write_json
 from raybench.paths import RunLayout
 
 INDEX = "index.json"
+NOTE_IDS = 100  # ecg_ids listed per record note in index.json (the count is always complete)
 DTYPE = np.float32
 QUARANTINE_COLUMNS = ("ecg_id", "split", "path", "reason", "detail")
 
@@ -73,6 +77,37 @@ class ActivationStore:
             raise StoreError(f"no complete activation store at {path.parent} (index.json missing); "
                              "run `raybench encode` for this model")
         return json.loads(path.read_text())
+
+    def layers(self, model: str) -> list[int]:
+        """The layers of `model` whose store is indexed (complete), ascending; [] when there is none."""
+        folder = self.model_dir(model)
+        if not folder.is_dir():
+            return []
+        found = []
+        for path in folder.iterdir():  # temp folders (".layer_XX.<pid>...") never parse as a layer
+            _, _, number = path.name.partition("_")
+            if number.isdigit() and self.layer_dir(model, int(number)) == path and (path / INDEX).is_file():
+                found.append(int(number))
+        return sorted(found)
+
+    def models(self) -> list[str]:
+        """The models with at least one indexed layer store, sorted."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and self.layers(p.name))
+
+    def model_dims(self, models: Iterable[str] | None = None) -> dict[str, ModelDims]:
+        """Audited state count and width of each of `models` (default: every encoded model), from its lowest
+        indexed layer; a model without any store is a StoreError that says to encode it."""
+        dims = {}
+        for model in self.models() if models is None else models:
+            layers = self.layers(model)
+            if not layers:
+                raise StoreError(f"no activation store for model {model!r} under {self.root}; "
+                                 "run `raybench encode` first")
+            idx = self.index(model, layers[0])
+            dims[model] = ModelDims(n_layers=int(idx["n_layers"]), d=int(idx["d"]))
+        return dims
 
     def is_complete(self, model: str, layer: int, manifest_hash: str, fingerprint: str) -> bool:
         """True when the store exists, matches this manifest and encoder, and every file has its indexed size."""
@@ -145,6 +180,7 @@ class StoreWriter:
         self.count = dict.fromkeys(capacity, 0)
         self._arrays: dict[str, np.memmap] = {}
         self._ids: dict[str, np.memmap] = {}
+        self._notes: dict[str, list[int]] = {}
         for split, n in capacity.items():
             self._arrays[split] = np.lib.format.open_memmap(
                 self.tmp_dir / array_name(split), mode="w+", dtype=DTYPE, shape=(n, self.d))
@@ -171,6 +207,10 @@ class StoreWriter:
         self._ids[split][start:start + m] = ecg_ids
         self.count[split] = start + m
 
+    def set_notes(self, notes: Mapping[str, list[int]]) -> None:
+        """What was changed in kept records (note text -> their ecg_ids), written into index.json by `finalize`."""
+        self._notes = {str(text): [int(i) for i in ids] for text, ids in notes.items()}
+
     def finalize(self) -> Path:
         """Trim unused rows (quarantined records), flush, write index.json last, rename into place."""
         splits = {}
@@ -186,7 +226,9 @@ class StoreWriter:
             for name in (array_name(split), ids_name(split)):
                 _fsync(self.tmp_dir / name)
             splits[split] = n
-        write_json(self.tmp_dir / INDEX, {**self._index, "splits": splits})
+        notes = {text: {"n": len(ids), "ecg_ids": sorted(ids)[:NOTE_IDS]}
+                 for text, ids in sorted(self._notes.items(), key=lambda kv: (-len(kv[1]), kv[0]))}
+        write_json(self.tmp_dir / INDEX, {**self._index, "splits": splits, "record_notes": notes})
         old = None
         if self.final_dir.exists():
             old = self.final_dir.parent / f".{self.final_dir.name}.{os.getpid()}.{secrets.token_hex(4)}.old"

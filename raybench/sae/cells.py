@@ -1,35 +1,32 @@
 """The cell grid: which SAEs the protocol trains, how they are named, and how they group into trials.
 
 A cell is one SAE (model, relative depth, expansion, seed, arm). Cells that differ only by seed form a
-*stack*: they share (d, N, k) and train together in one process, so a stack is one Tune trial.
+*stack*: they share (d, N, k) and train together in one process; a Tune trial trains one or more stacks
+(ResourceConfig.trial_unit). The encoders' dimensions come from the activation store
+(raybench.encoders.store.ActivationStore.model_dims); the layer and k rules from raybench.protocol.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from raybench.config import Protocol, k_for, layer_for_depth
-
-
-@dataclass(frozen=True)
-class ModelDims:
-    """What the grid needs to know about an encoder: audited state count and state width."""
-
-    n_layers: int
-    d: int
+from raybench.config import ModelDims, Protocol, k_for, layer_for_depth
+from raybench.protocol import Arm
 
 
 @dataclass(frozen=True)
 class CellSpec:
-    model: str
-    q: float
-    layer: int
-    n_layers: int
-    d: int
-    arm: str  # primary | sensitivity
-    expansion: int
-    n_latents: int
-    k: int
+    """One grid cell (docs/protocol.md §6.6)."""
+
+    model: str  # encoder name
+    q: float  # nominal relative depth
+    layer: int  # audited layer layer_for_depth(q, n_layers)
+    n_layers: int  # the encoder's audited state count L
+    d: int  # state width (SAE input)
+    arm: Arm  # primary (k = d / 8) | sensitivity (k = N / 64)
+    expansion: int  # E = N / d
+    n_latents: int  # dictionary width N
+    k: int  # active latents per record (batch average)
     seed: int
 
     @property
@@ -48,14 +45,6 @@ class CellSpec:
         return asdict(self)
 
 
-def audited_layers(protocol: Protocol, n_layers: int) -> list[int]:
-    """Layers the activation store must hold for one encoder (primary depths + sensitivity depth)."""
-    qs = set(protocol.grid.depths)
-    if protocol.grid.sensitivity_depth is not None:
-        qs.add(protocol.grid.sensitivity_depth)
-    return sorted({layer_for_depth(q, n_layers) for q in qs})
-
-
 def build_cells(protocol: Protocol, dims: dict[str, ModelDims]) -> list[CellSpec]:
     """All cells of the atlas in a stable order: primary arm first, then the sensitivity arm."""
     grid = protocol.grid
@@ -63,7 +52,7 @@ def build_cells(protocol: Protocol, dims: dict[str, ModelDims]) -> list[CellSpec
     if missing:
         raise KeyError(f"no encoder dimensions for models {missing}; encode them first")
     cells: list[CellSpec] = []
-    arms = [("primary", grid.depths)]
+    arms: list[tuple[Arm, tuple[float, ...]]] = [("primary", grid.depths)]
     if grid.sensitivity_depth is not None:
         arms.append(("sensitivity", (grid.sensitivity_depth,)))
     for arm, depths in arms:

@@ -19,13 +19,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
 
+from raybench.cohorts.split import SPLITS
 from raybench.config import EvalProtocol
+from raybench.protocol import check_choices
 
-SPLITS = ("train", "val", "test")
+if TYPE_CHECKING:
+    from raybench.cohorts.manifest import ManifestInfo
+
+Policy = Literal["complete_case", "fill_zero"]
+"""eval.missing_concepts once `auto` is resolved (module doc)."""
 
 
 @dataclass(frozen=True)
@@ -38,17 +45,15 @@ class CellData:
     selection_idx: np.ndarray  # positions into acts["train"]
     # complete_case: [len(selection_idx), C] bool, concept present on each selection record; None: fill_zero
     selection_present: np.ndarray | None = None
-    missing_concepts: str = "fill_zero"  # the resolved policy (module doc)
+    missing_concepts: Policy = "fill_zero"  # the resolved policy (module doc)
 
 
-def missing_policy(eval_cfg: EvalProtocol, concept_source: str) -> str:
+def missing_policy(eval_cfg: EvalProtocol, concept_source: str) -> Policy:
     """eval.missing_concepts resolved: auto is complete_case for waveform-derived concepts, else fill_zero."""
-    policy = getattr(eval_cfg, "missing_concepts", "auto")
-    if policy == "auto":
+    check_choices(eval_cfg, "eval")
+    if eval_cfg.missing_concepts == "auto":
         return "complete_case" if concept_source == "waveform" else "fill_zero"
-    if policy not in ("complete_case", "fill_zero"):
-        raise ValueError(f"eval.missing_concepts must be auto, complete_case or fill_zero, got {policy!r}")
-    return policy
+    return eval_cfg.missing_concepts
 
 
 def concept_present(manifest: pd.DataFrame, names: tuple[str, ...] | list[str]) -> np.ndarray:
@@ -58,7 +63,7 @@ def concept_present(manifest: pd.DataFrame, names: tuple[str, ...] | list[str]) 
     return np.isfinite(np.stack(cols, axis=1)) if cols else np.ones((len(manifest), 0), dtype=bool)
 
 
-def evaluation_rows(manifest: pd.DataFrame, names: tuple[str, ...] | list[str], policy: str) -> np.ndarray:
+def evaluation_rows(manifest: pd.DataFrame, names: tuple[str, ...] | list[str], policy: Policy) -> np.ndarray:
     """[n] bool: manifest rows that val/test evaluation uses (complete cases under complete_case)."""
     if policy == "complete_case":
         return concept_present(manifest, names).all(axis=1)
@@ -90,7 +95,7 @@ def test_patients(manifest: pd.DataFrame, rows: np.ndarray | None = None) -> tup
     return tuple(sorted(manifest.loc[test, "patient_id"].astype(str).unique()))
 
 
-def evaluation_test_patients(manifest: pd.DataFrame, info, eval_cfg: EvalProtocol) -> tuple[str, ...]:  # noqa: ANN001
+def evaluation_test_patients(manifest: pd.DataFrame, info: ManifestInfo, eval_cfg: EvalProtocol) -> tuple[str, ...]:
     """The test patients every cell's patient statistics use (`info`: the manifest's ManifestInfo)."""
     names = tuple(info.concepts)
     policy = missing_policy(eval_cfg, info.concept_source) if names else "fill_zero"

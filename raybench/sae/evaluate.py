@@ -8,15 +8,16 @@ a split never materialises an [n, N] matrix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
+from raybench.cohorts.split import SPLITS
 from raybench.config import EvalProtocol
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE
-
-SPLITS = ("train", "val", "test")
+from raybench.sufficient_stats import paired_corr, patient_stats, pearson_from_sums
 
 
 @dataclass
@@ -90,20 +91,18 @@ def encode_split(sae: StackedBatchTopKSAE, normalizer: Normalizer, x_raw: np.nda
     return SplitCodes(n, np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), sse, sst)
 
 
-def pearson_from_sums(n: np.ndarray | float, sa, sy, saa, syy, say) -> np.ndarray:
-    """Pearson r from sums; 0 where either side is constant (no information, not NaN)."""
-    n = np.asarray(n, dtype=np.float64)
-    cov = n * say - sa * sy
-    va = n * saa - sa * sa
-    vy = n * syy - sy * sy
-    ok = (va > 1e-12 * np.maximum(n * saa, 1e-300)) & (vy > 1e-12 * np.maximum(n * syy, 1e-300))
-    den = np.sqrt(np.where(ok, va * vy, 1.0))
-    return np.clip(np.where(ok, cov / den, 0.0), -1.0, 1.0)
+class Selection(NamedTuple):
+    """The single coordinate chosen per concept on the selection subset (docs/protocol.md §7.3)."""
+
+    selected: np.ndarray
+    """[C] int64: j*(c), the latent chosen for each concept."""
+    r: np.ndarray
+    """[C] its correlation with the concept on the selection subset."""
 
 
 def select_coordinates(codes: SplitCodes, y: np.ndarray, n_latents: int,
-                       present: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """j*(c) = argmax_j |corr(code_j, y_c)| over all N latents (sparse sums); returns (selected [C], r [C]).
+                       present: np.ndarray | None = None) -> Selection:
+    """j*(c) = argmax_j |corr(code_j, y_c)| over all N latents (sparse sums).
 
     Ties (|r| within a relative 1e-9 of the max) go to the lowest latent index (argmax_abs_lowest).
 
@@ -120,7 +119,7 @@ def select_coordinates(codes: SplitCodes, y: np.ndarray, n_latents: int,
     if present is not None and not np.all(present):
         r = _masked_selection_r(z, y, np.asarray(present, dtype=bool), r)
     selected = argmax_abs_lowest(r)
-    return selected.astype(np.int64), r[selected, np.arange(y.shape[1])]
+    return Selection(selected.astype(np.int64), r[selected, np.arange(y.shape[1])])
 
 
 # Ties in coordinate selection: |r| values within this relative distance of a column's max count as tied.
@@ -158,11 +157,6 @@ def _masked_selection_r(z: sp.csr_matrix, y: np.ndarray, present: np.ndarray, r:
     return r
 
 
-def _corr_columns(a: np.ndarray, y: np.ndarray) -> np.ndarray:
-    n = a.shape[0]
-    return pearson_from_sums(n, a.sum(0), y.sum(0), (a * a).sum(0), (y * y).sum(0), (a * y).sum(0))
-
-
 def _check_inputs(acts: dict, concepts: dict, d: int) -> None:
     for split in SPLITS:
         if split not in acts or split not in concepts:
@@ -183,7 +177,7 @@ def evaluate_cell(
     concepts: dict[str, np.ndarray],
     test_patient_codes: np.ndarray,
     selection_idx: np.ndarray,
-    eval: EvalProtocol,  # noqa: A002 - protocol name
+    eval: EvalProtocol,  # the protocol's section name (shadows the builtin here only)
     index: int = 0,
     n_patients: int | None = None,
     device: str = "cpu",
@@ -214,7 +208,7 @@ def evaluate_cell(
         sc = encode_split(single, normalizer, acts[split], eval.eval_batch, device)
         per[split] = sc
         y = concepts[split].astype(np.float64)
-        r[split] = _corr_columns(sc.dense_columns(selected), y)
+        r[split] = paired_corr(sc.dense_columns(selected), y)
         out[f"{split}_r2"] = float(1.0 - sc.sse.sum() / sc.sst.sum()) if sc.sst.sum() > 0 else float("nan")
         out[f"{split}_dead_fraction"] = float((sc.firing_counts(n_lat) == 0).mean())
         out[f"{split}_mean_l0"] = float(sc.vals.size / sc.n)
@@ -223,11 +217,7 @@ def evaluate_cell(
     out["gate_pass"] = bool(out["val_r2"] >= eval.gate_r2 and out["val_dead_fraction"] < eval.gate_dead)
 
     test = per["test"]
-    a = test.dense_columns(selected)
-    y = concepts["test"].astype(np.float64)
-    onehot = sp.csr_matrix((np.ones(test.n), (codes, np.arange(test.n))), shape=(n_pat, test.n))
-    stacked = np.stack([a, y, a * a, y * y, a * y], axis=2).reshape(test.n, -1)
-    corr = np.asarray(onehot @ stacked).reshape(n_pat, y.shape[1], 5)
+    sums = patient_stats(codes, n_pat, test.dense_columns(selected), concepts["test"], test.sse, test.sst)
 
     counts_val = per["val"].firing_counts(n_lat)
     firing_val = counts_val / per["val"].n
@@ -241,10 +231,10 @@ def evaluate_cell(
         r_val=r["val"],
         r_test=r["test"],
         firing_rate_val=firing_val,
-        patient_n=np.bincount(codes, minlength=n_pat).astype(np.int64),
-        patient_sse=np.bincount(codes, weights=test.sse, minlength=n_pat),
-        patient_sst=np.bincount(codes, weights=test.sst, minlength=n_pat),
-        patient_corr=corr,
+        patient_n=sums["n"],
+        patient_sse=sums["sse"],
+        patient_sst=sums["sst"],
+        patient_corr=sums["corr"],
         decoder_top=w_dec[:, top].astype(np.float32),
         decoder_top_idx=top.astype(np.int64),
     )

@@ -9,23 +9,28 @@ gathers or scatters whole columns; `W_dec` [S, d, N] is the protocol's view of t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from raybench.config import SAEProtocol
+from raybench.protocol import SAEProtocol, Sampler, check_choices
 
 
 @dataclass(frozen=True)
 class SAECellConfig:
-    """Everything one SAE's training depends on (one grid cell, one seed)."""
+    """Everything one SAE's training depends on (one grid cell, one seed).
 
-    d: int
-    n_latents: int
-    k: int
-    seed: int
+    d, n_latents, k and seed are the cell's; every other field has the meaning of the SAEProtocol field of the
+    same name, and `from_protocol` copies all of those that SAEProtocol has.
+    """
+
+    d: int  # SAE input width (the encoder's state width)
+    n_latents: int  # dictionary width N = E * d
+    k: int  # active latents per record, as a batch average (BatchTopK keeps B*k per batch)
+    seed: int  # init and batch-order seed
     steps: int
     batch_size: int
     lr: float
@@ -35,15 +40,15 @@ class SAECellConfig:
     aux_coef: float
     dead_after_batches: int
     std_floor: float = 1e-6
-    sampler: str = "epoch"  # per_step (published) | epoch; see SAEProtocol.sampler
+    sampler: Sampler = "epoch"  # per_step (published) | epoch; see SAEProtocol.sampler
     grad_clip: float | None = None  # max total gradient norm per SAE (published: 1e5); None: no clipping
 
     @classmethod
     def from_protocol(cls, sae: SAEProtocol, d: int, n_latents: int, k: int, seed: int) -> SAECellConfig:
-        return cls(d=d, n_latents=n_latents, k=k, seed=seed, steps=sae.steps, batch_size=sae.batch_size,
-                   lr=sae.lr, beta1=sae.beta1, beta2=sae.beta2, aux_k=sae.aux_k, aux_coef=sae.aux_coef,
-                   dead_after_batches=sae.dead_after_batches, std_floor=sae.std_floor, sampler=sae.sampler,
-                   grad_clip=sae.grad_clip)
+        """The cell's shape and seed, plus every field it shares with the protocol's SAE section."""
+        shared = {f.name for f in fields(sae)}
+        return cls(d=d, n_latents=n_latents, k=k, seed=seed,
+                   **{f.name: getattr(sae, f.name) for f in fields(cls) if f.name in shared})
 
     def validate(self) -> SAECellConfig:
         for name in ("d", "n_latents", "k", "steps", "batch_size", "aux_k", "dead_after_batches"):
@@ -51,8 +56,7 @@ class SAECellConfig:
                 raise ValueError(f"SAECellConfig.{name} must be > 0, got {getattr(self, name)}")
         if self.k > self.n_latents:
             raise ValueError(f"SAECellConfig.k={self.k} exceeds n_latents={self.n_latents}")
-        if self.sampler not in ("per_step", "epoch"):
-            raise ValueError(f"SAECellConfig.sampler must be per_step or epoch, got {self.sampler!r}")
+        check_choices(self, "SAECellConfig")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"SAECellConfig.grad_clip must be > 0 or None, got {self.grad_clip}")
         return self
@@ -88,6 +92,15 @@ class Normalizer:
         return ((np.asarray(x, dtype=np.float32) - self.mean) / self.std).astype(np.float32)
 
 
+class TopK(NamedTuple):
+    """The entries BatchTopK keeps of each SAE's [B, N] slice of a stacked batch."""
+
+    values: torch.Tensor
+    """[S, M] kept pre-activations (M = min(B*k, B*N))."""
+    flat: torch.Tensor
+    """[S, M] their flat positions b * N + j in the [B, N] slice."""
+
+
 @dataclass
 class SparseCodes:
     """BatchTopK codes of a stacked batch: `values` [S, M] at flat positions `flat` [S, M] of [B, N]."""
@@ -104,10 +117,10 @@ class SparseCodes:
         return z.view(s, self.batch, self.n_latents)
 
 
-def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> TopK:
     """Keep the B*k largest entries of each SAE's [B, N] slice of `p` [S, B, N].
 
-    Returns (values [S, M], flat indices [S, M]) with M = min(B*k, B*N). torch.topk over a single
+    Returns TopK(values [S, M], flat indices [S, M]) with M = min(B*k, B*N). torch.topk over a single
     6M-entry row runs on one thread, so unless `exact`, a threshold from a strided subsample first
     narrows the candidates; when the threshold would keep fewer than M entries it falls back to the
     plain top-k. Either way the kept set is the exact top M (ties aside).
@@ -116,7 +129,7 @@ def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> tuple[torch.Tens
     flat = p.reshape(s, b * n)
     m = min(b * k, b * n)
     if exact or flat.shape[1] < 8 * 65536 or m * 4 > flat.shape[1]:
-        return flat.topk(m, dim=1, sorted=False)
+        return TopK(*flat.topk(m, dim=1, sorted=False))
     stride = flat.shape[1] // 65536
     while math.gcd(stride, n) != 1:  # a stride sharing a factor with N would sample the same latents per row
         stride += 1
@@ -136,7 +149,16 @@ def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> tuple[torch.Tens
                 j = cand.index_select(0, pos)
         vals.append(v)
         idxs.append(j)
-    return torch.stack(vals), torch.stack(idxs)
+    return TopK(torch.stack(vals), torch.stack(idxs))
+
+
+class Encoded(NamedTuple):
+    """What `StackedBatchTopKSAE.encode` returns."""
+
+    codes: SparseCodes | torch.Tensor
+    """BatchTopK codes: SparseCodes, or dense [S, B, N] when asked for."""
+    pre: torch.Tensor
+    """[S, B, N] pre-activations P = ReLU((x - b_dec) W_enc^T + b_enc)."""
 
 
 class StackedBatchTopKSAE(nn.Module):
@@ -174,7 +196,7 @@ class StackedBatchTopKSAE(nn.Module):
         return sae
 
     @property
-    def W_dec(self) -> torch.Tensor:  # noqa: N802 - protocol name
+    def W_dec(self) -> torch.Tensor:  # the protocol's name (upper-case W)
         return self.W_dec_t.transpose(1, 2)
 
     def single(self, index: int) -> StackedBatchTopKSAE:
@@ -199,12 +221,12 @@ class StackedBatchTopKSAE(nn.Module):
         xc = x - self.b_dec.unsqueeze(1)
         return torch.relu(torch.baddbmm(self.b_enc.unsqueeze(1), xc, self.W_enc.transpose(1, 2)))
 
-    def encode(self, x: torch.Tensor, sparse: bool = True) -> tuple[SparseCodes | torch.Tensor, torch.Tensor]:
+    def encode(self, x: torch.Tensor, sparse: bool = True) -> Encoded:
         """BatchTopK codes of x [S, B, d]: sparse (values [S, B*k], flat indices) or dense [S, B, N]; plus P."""
         p = self.pre_activations(x)
         vals, flat = batch_topk(p, self.k)
         codes = SparseCodes(vals, flat, x.shape[1], self.n_latents)
-        return (codes if sparse else codes.to_dense()), p
+        return Encoded(codes if sparse else codes.to_dense(), p)
 
     def decode(self, codes: SparseCodes | torch.Tensor) -> torch.Tensor:
         """x_hat = Z W_dec^T + b_dec -> [S, B, d]."""

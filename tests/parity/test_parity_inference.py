@@ -29,15 +29,16 @@ from raybench.analysis import streams
 from raybench.analysis.metrics import (
     auc_weights,
     matched_cosine,
-    patient_sums,
     reproducibility,
     subspace_overlap,
     trapezoid_auc,
 )
+from raybench.analysis.packed_stats import pack_patient_stats
 from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import batch_topk_codes, random_directions
 from raybench.config import demo_protocol, paper_protocol
 from raybench.sae import data as sae_data
+from raybench.sufficient_stats import patient_stats
 
 HERE = Path(__file__).resolve().parent
 SEED = 20260714
@@ -82,8 +83,8 @@ def _patient_stats(case: str):
     code = {p: i for i, p in enumerate(patients)}
     idx = PB[f"{case}_eval_idx"]
     codes = np.array([code[p] for p in rec[idx]])
-    sums = patient_sums(codes, len(patients), PB["z"][idx], PB["y"][idx], PB["sse"][idx], PB["sst"][idx])
-    return patients, bs.pack_patient_stats([(f"parity-{case}", sums)], ["cell"], C, THR)
+    sums = patient_stats(codes, len(patients), PB["z"][idx], PB["y"][idx], PB["sse"][idx], PB["sst"][idx])
+    return patients, pack_patient_stats([(f"parity-{case}", sums)], ["cell"], C, THR)
 
 
 def test_patient_order_is_the_published_one():
@@ -96,7 +97,7 @@ def test_patient_order_is_the_published_one():
 @pytest.mark.parametrize("chunk", [100, 250, 7])
 def test_patient_draws_are_the_published_draws(chunk):
     n = int(PB["all_draws"])
-    counts = np.concatenate(list(bs.patient_draws(40, n, SEED, chunk, "published")))
+    counts = np.concatenate(list(streams.patient_draws(40, n, SEED, chunk, "published")))
     np.testing.assert_array_equal(counts[:20], PB["all_first_weights"])
     np.testing.assert_array_equal(counts.sum(axis=0), PB["all_weights_sum_per_patient"])
 
@@ -104,7 +105,7 @@ def test_patient_draws_are_the_published_draws(chunk):
 def test_patient_draws_with_another_seed_or_stream_differ():
     n = int(PB["all_draws"])
     for seed, stream in ((SEED + 1, "published"), (SEED, "chunked")):
-        counts = np.concatenate(list(bs.patient_draws(40, n, seed, 250, stream)))
+        counts = np.concatenate(list(streams.patient_draws(40, n, seed, 250, stream)))
         assert not np.array_equal(counts[:20], PB["all_first_weights"])
 
 
@@ -127,7 +128,7 @@ def test_patient_bootstrap_reproduces_the_published_distributions(case, ray_clus
         assert stats.point[0, k] == pytest.approx(float(PB[f"{case}_observed_{key}"]), abs=1e-12)
     np.testing.assert_array_equal(one[:, 0, 2], PB[f"{case}_concept_coverage_020"].astype(np.float64))
     np.testing.assert_allclose(stats.point_r[0], PB[f"{case}_observed_concept_correlation"], atol=1e-12)
-    counts = np.concatenate(list(bs.patient_draws(stats, n, SEED, 250, "published")))
+    counts = np.concatenate(list(streams.patient_draws(stats, n, SEED, 250, "published")))
     np.testing.assert_array_equal(counts[:20][:, stats.active], PB[f"{case}_first_weights"])
     assert np.all(counts[:, ~stats.active] == 0)
 
@@ -154,7 +155,7 @@ def test_crossed_first_draws_are_the_published_draws():
 
 def _crossed_tables(seed: int, stream: str = "published") -> tuple[dict, dict]:
     n = CBJ["bootstrap_samples"]
-    di, si = bs.crossed_draw_indices(seed, n, max(1, n // 4), len(CB["depths"]), len(CB["seeds"]), stream)
+    di, si = streams.crossed_draw_indices(seed, n, max(1, n // 4), len(CB["depths"]), len(CB["seeds"]), stream)
     models = CB["models"].tolist()
     profile, pairs = {}, {}
     for metric, column in CBJ["metric_columns"].items():

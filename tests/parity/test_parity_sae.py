@@ -20,7 +20,8 @@ from raybench.config import EvalProtocol, SAEProtocol, demo_protocol, paper_prot
 from raybench.sae.data import selection_ecg_ids
 from raybench.sae.evaluate import SplitCodes, argmax_abs_lowest, select_coordinates
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
-from raybench.sae.train import _Batcher, _StepSampler, train_stack
+from raybench.sae.sampler import EpochSampler, PerStepSampler
+from raybench.sae.train import train_stack
 
 HERE = Path(__file__).resolve().parent
 TOL = 1e-9
@@ -110,24 +111,24 @@ def test_init_is_the_published_init_bit_for_bit(traj, meta):
 def test_per_step_sampler_draws_the_published_batches(traj, meta):
     p, big = meta["trajectory"]["plain"], meta["trajectory"]["big"]
     n = len(traj["x"])
-    s = _StepSampler(n, p["batch_size"], p["seed"])
+    s = PerStepSampler(n, p["batch_size"], p["seed"])
     np.testing.assert_array_equal(np.stack([s.next() for _ in range(p["steps"])]), traj["plain_batches"])
     np.testing.assert_array_equal(traj["clip_batches"], traj["plain_batches"])  # clipping does not touch the rng
-    s = _StepSampler(big["n"], big["batch_size"], big["seed"])  # n > 10,000: numpy's other choice algorithm
+    s = PerStepSampler(big["n"], big["batch_size"], big["seed"])  # n > 10,000: numpy's other choice algorithm
     np.testing.assert_array_equal(np.stack([s.next() for _ in range(big["steps"])]), traj["big_batches"])
     # a deliberately changed seed or sampler does not reproduce them
-    other = _StepSampler(n, p["batch_size"], p["seed"] + 1)
+    other = PerStepSampler(n, p["batch_size"], p["seed"] + 1)
     assert not np.array_equal(other.next(), traj["plain_batches"][0])
-    epoch = _Batcher(n, p["batch_size"], p["seed"])
+    epoch = EpochSampler(n, p["batch_size"], p["seed"])
     assert not np.array_equal(epoch.next(), traj["plain_batches"][0])
 
 
 def test_per_step_sampler_resumes_exactly(traj, meta):
     p = meta["trajectory"]["plain"]
-    s = _StepSampler(len(traj["x"]), p["batch_size"], p["seed"])
+    s = PerStepSampler(len(traj["x"]), p["batch_size"], p["seed"])
     for _ in range(5):
         s.next()
-    t = _StepSampler(len(traj["x"]), p["batch_size"], 0)
+    t = PerStepSampler(len(traj["x"]), p["batch_size"], 0)
     t.load(s.state())
     np.testing.assert_array_equal(t.next(), traj["plain_batches"][5])
 
@@ -158,7 +159,7 @@ def test_trajectory_resumed_midway_still_matches(traj, meta):
 
 def test_per_step_state_survives_the_trial_checkpoint_format(traj, meta, tmp_path):
     """The sampler, clip and grad-norm history go through grid's safetensors + JSON trial state unchanged."""
-    from raybench.sae.grid import load_trial_state, save_trial_state
+    from raybench.sae.trial_state import load_trial_state, save_trial_state
 
     cell = _cell(meta, "clip")
     saved = {}

@@ -4,9 +4,10 @@
 - input-harmonization audit at the final layer (`harmonization.py`),
 - matched-effect intervention selectivity at the final layer (`intervention.py`),
 
-driven by `run.run_secondary(root, protocol, cfg)`. Tables go to tables/{calibration,harmonization,
-intervention}*.parquet (+ .csv) and figures to figures/ with the same prefixes, so the report picks them up.
-This module holds what the three share: their settings and the run-folder look-ups.
+driven by `run.run_secondary(root, protocol, cfg)`, which the analyze stage calls (raybench.analysis.stage).
+Tables go to tables/{calibration,harmonization,intervention}*.parquet (+ .csv) and figures to figures/ with the
+same prefixes, so the report picks them up. This module holds what the three share: their settings and the
+run-folder look-ups.
 """
 
 from __future__ import annotations
@@ -91,25 +92,6 @@ class SecondaryConfig:
         return protocol.inference.seed if self.bootstrap_seed is None else self.bootstrap_seed
 
 
-_FAMILY_WORDS = (("rr", "RATE_RHYTHM"), ("hr_", "RATE_RHYTHM"), ("st_", "ST_T"), ("t_amp", "ST_T"),
-                 ("_ms", "INTERVAL"), ("interval", "INTERVAL"), ("duration", "INTERVAL"), ("axis", "AXIS"),
-                 ("amp", "AMPLITUDE"))
-
-
-def concept_families(names: tuple[str, ...] | list[str]) -> list[str]:
-    """Family of each concept: the 49-concept panel's, else a keyword guess (waveform-derived concepts)."""
-    from raybench.cohorts.panel import family_of
-
-    out = []
-    for name in names:
-        try:
-            out.append(family_of(name))
-        except KeyError:
-            low = name.lower()
-            out.append(next((fam for word, fam in _FAMILY_WORDS if word in low), name))
-    return out
-
-
 def calibration_cells(root: str | Path, protocol: Protocol, expansion: int | None = None) -> pd.DataFrame:
     """Primary-arm cells at the calibration expansion with status ok (model, q, layer, n_layers, seed, cell_dir)."""
     from raybench.paths import RunLayout
@@ -124,18 +106,3 @@ def calibration_cells(root: str | Path, protocol: Protocol, expansion: int | Non
     out = cells.loc[keep, ["model", "q", "layer", "n_layers", "seed", "n_latents", "k", "cell_dir"]].copy()
     out["cell_dir"] = [str(layout.root / p) for p in out["cell_dir"]]
     return out.sort_values(["model", "q", "seed"], kind="stable").reset_index(drop=True)
-
-
-def save_figure(fig, figures_dir: Path, stem: str) -> list[Path]:
-    """PNG + SVG through the run figures' deterministic writer (fixed SVG salt, no dates)."""
-    from raybench.analysis.figures import save_figure as _save
-
-    figures_dir.mkdir(parents=True, exist_ok=True)
-    return _save(fig, figures_dir, stem)
-
-
-def run_secondary(root, protocol, cfg, scfg: SecondaryConfig | None = None):  # noqa: ANN001, ANN201
-    """See raybench.analysis.secondary.run.run_secondary (imported lazily: Ray and torch load on call)."""
-    from raybench.analysis.secondary.run import run_secondary as _run
-
-    return _run(root, protocol, cfg, scfg)

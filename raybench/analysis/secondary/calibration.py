@@ -21,23 +21,20 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from raybench.analysis.figures import error_bars
-from raybench.analysis.secondary import SecondaryConfig, concept_families, save_figure
+from raybench.analysis.plotting import RC, error_bars, model_label, save_figure
+from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import (
     batch_topk_codes,
     feature_concept_corr,
     gather_columns,
-    gram_stats,
-    paired_corr,
     random_directions,
     rank_features,
-    ridge_fit,
-    ridge_predict,
-    ridge_solve,
     single_coordinate_r,
-    topm_ridge_test_r,
 )
+from raybench.analysis.secondary.ridge import gram_stats, ridge_fit, ridge_predict, ridge_solve, topm_ridge_test_r
+from raybench.cohorts.panel import concept_families
 from raybench.config import EvalProtocol
+from raybench.sufficient_stats import paired_corr
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +94,7 @@ def calibrate_block(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     """All ladder readouts of one model x depth (its E = 8 cells, one per seed) -> per-concept rows."""
     import torch
 
-    from raybench.sae.cellio import load_cell_sae
+    from raybench.sae.cell_files import load_cell_sae
     from raybench.sae.data import load_cell_data
 
     torch.set_num_threads(1)
@@ -224,7 +221,7 @@ def run_calibration(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[s
     import ray
 
     from raybench.analysis.secondary import calibration_cells
-    from raybench.io import write_table
+    from raybench.atomic import write_table
     from raybench.paths import RunLayout
 
     layout = RunLayout.at(root)
@@ -251,8 +248,6 @@ def run_calibration(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[s
 def _figure(tables: dict[str, pd.DataFrame], methods: list[str], out: Path, expansion: int) -> None:
     import matplotlib
     from matplotlib.figure import Figure
-
-    from raybench.analysis.figures import RC, model_label
 
     summary, margin = tables["calibration"], tables["calibration_margin"]
     models = sorted(summary["model"].unique())

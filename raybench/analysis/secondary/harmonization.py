@@ -24,16 +24,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.secondary import SecondaryConfig, concept_families, save_figure
+from raybench.analysis.plotting import RC, model_label, save_figure
+from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import (
     bootstrap_counts,
-    corr_sums,
     draw_corr,
     linear_cka,
     reconstruct_limb_leads,
     single_coordinate_r,
     temporal_harmonize,
 )
+from raybench.cohorts.panel import concept_families
+from raybench.sufficient_stats import patient_stats
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +145,7 @@ def harmonization_tables(feats: dict[str, dict[str, tuple[np.ndarray, np.ndarray
         native_test = feats[model]["native"][1]
         for protocol, (x_sel, x_te) in feats[model].items():
             sel, r = single_coordinate_r(x_sel, y_sel, x_te, y_te)
-            boot_abs[protocol] = np.abs(draw_corr(counts, corr_sums(x_te[:, sel], y_te, test_codes[model], n_pat)))
+            boot_abs[protocol] = np.abs(draw_corr(counts, patient_stats(test_codes[model], n_pat, x_te[:, sel], y_te)))
             obs_abs[protocol] = np.abs(r)
             rows.append({"model": model, "protocol": protocol, "layer": layers[model],
                          "accessibility": float(np.abs(r).mean()),
@@ -207,10 +209,10 @@ def run_harmonization(root: str | Path, protocol, cfg, scfg: SecondaryConfig  # 
     """Re-encode the final layer under each protocol (cached), then write the harmonization tables + figure."""
     import ray
 
+    from raybench.atomic import atomic_path, write_table
     from raybench.cohorts.manifest import load_manifest
     from raybench.encoders.base import EncoderSpec
     from raybench.encoders.store import ActivationStore, StoreError
-    from raybench.io import atomic_path, write_table
     from raybench.paths import RunLayout
     from raybench.sae.data import selection_ecg_ids
 
@@ -234,8 +236,7 @@ def run_harmonization(root: str | Path, protocol, cfg, scfg: SecondaryConfig  # 
     models, layers, native, fps = [], {}, {}, {}
     for model in protocol.grid.models:
         try:
-            idx0 = json.loads(sorted((layout.activations_dir / model).glob("layer_*/index.json"))[0].read_text())
-            n_layers = int(idx0["n_layers"])
+            n_layers = store.model_dims((model,))[model].n_layers
             layer = n_layers - 1
             idx = store.index(model, layer)
         except (IndexError, StoreError):
@@ -321,8 +322,6 @@ def _ids_hash(ids: np.ndarray) -> str:
 def _figure(summary: pd.DataFrame, protocols: tuple[str, ...], out: Path) -> None:
     import matplotlib
     from matplotlib.figure import Figure
-
-    from raybench.analysis.figures import RC, model_label
 
     models = sorted(summary["model"].unique())
     colors = {"native": "#66A9D6", "lead": "#E69A4E", "temporal": "#66C2A4", "joint": "#DCA6C8"}

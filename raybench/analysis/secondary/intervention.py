@@ -23,20 +23,21 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from raybench.analysis.secondary import SecondaryConfig, concept_families, save_figure
-from raybench.analysis.secondary.estimators import (
+from raybench.analysis.plotting import RC, model_label, save_figure
+from raybench.analysis.secondary import SecondaryConfig
+from raybench.analysis.secondary.estimators import bootstrap_counts, feature_concept_corr, gather_columns, rank_features
+from raybench.analysis.secondary.matched_effect import (
     RECORD_METRICS,
     UnitIntervention,
     centroid_intervention,
     common_effect,
-    feature_concept_corr,
-    gather_columns,
-    rank_features,
     record_metrics,
-    ridge_readout,
     wrong_behavior_index,
 )
+from raybench.analysis.secondary.ridge import ridge_readout
+from raybench.cohorts.panel import concept_families
 from raybench.config import EvalProtocol
+from raybench.sufficient_stats import per_patient_sums
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     import torch
 
     from raybench.analysis.stats import paired_p
-    from raybench.sae.cellio import load_cell_sae
+    from raybench.sae.cell_files import load_cell_sae
     from raybench.sae.data import load_cell_data
 
     torch.set_num_threads(1)
@@ -92,16 +93,11 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     codes = data.test_patient_codes
     n_per_patient = np.bincount(codes, minlength=p_n).astype(np.float64)
 
-    def patient_sums(m: np.ndarray) -> np.ndarray:
-        out = np.zeros((p_n, m.shape[1]))
-        np.add.at(out, codes, m)
-        return out
-
     dense_rank = rank_features(feature_concept_corr(x["train"][sel], y["train"][sel]))[:k]
     eye = np.eye(d)
     dense_units = [_unit(x["train"], x["val"], x["test"], y["train"][:, c], eye, readout.coef, dense_rank[:, c],
                          scfg.high_quantile) for c in range(c_n)]
-    dense_base = [patient_sums(record_metrics(u, c, fams, 1.0)) for c, u in enumerate(dense_units)]
+    dense_base = [per_patient_sums(codes, p_n, record_metrics(u, c, fams, 1.0)) for c, u in enumerate(dense_units)]
     seeds = [s for s, _ in cells]
     sums = np.zeros((len(seeds), 2, c_n, p_n, len(RECORD_METRICS)))
     n_ok = np.zeros((len(seeds), c_n), dtype=np.int64)
@@ -127,7 +123,7 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
                     dose = {m: common / eff[m] for m in METHODS}
                     row.update(dense_dose=dose["dense"], sae_dose=dose["sae"])
                     sums[si, 0, c] += dose["dense"] * dense_base[c]
-                    sums[si, 1, c] += patient_sums(record_metrics(unit, c, fams, dose["sae"]))
+                    sums[si, 1, c] += per_patient_sums(codes, p_n, record_metrics(unit, c, fams, dose["sae"]))
                     n_ok[si, c] += 1
                     effect[si, c] += common
                 design_rows.append(row)
@@ -205,9 +201,8 @@ def run_intervention(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[
     import ray
 
     from raybench.analysis.secondary import calibration_cells
-    from raybench.analysis.secondary.estimators import bootstrap_counts
     from raybench.analysis.stats import benjamini_hochberg
-    from raybench.io import write_table
+    from raybench.atomic import write_table
     from raybench.paths import RunLayout
     from raybench.sae.data import evaluation_test_patients
 
@@ -245,8 +240,6 @@ def run_intervention(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[
 def _figure(tables: dict[str, pd.DataFrame], out: Path) -> None:
     import matplotlib
     from matplotlib.figure import Figure
-
-    from raybench.analysis.figures import RC, model_label
 
     con = tables["intervention_contrasts"]
     summary = tables["intervention"]

@@ -128,7 +128,7 @@ def read_failures(root: str | Path) -> list[dict[str, Any]]:
 
 
 def _write_failures(root: str | Path, failures: list[dict[str, str]]) -> None:
-    from raybench.io import write_json
+    from raybench.atomic import write_json
 
     write_json(failures_path(root), {"failures": failures})
 

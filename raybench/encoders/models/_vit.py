@@ -2,13 +2,19 @@
 
 The parameter *names* differ per upstream checkpoint, so each adapter defines its own modules; what is
 shared is the arithmetic (multi-head attention over a fused qkv projection, token-mean pooling), the
-FFT resampling the three upstream pipelines use, and the checkpoint plumbing.
+FFT resampling the three upstream pipelines and the published protocol use, and the checkpoint plumbing
+(key report, strict load).
+
+Numerics follow the code being reproduced: the upstream native pipelines read WFDB records as float64
+(`wfdb.rdsamp`) and resample in float64; ST-MEM stores its 10-s windows as float32 before resampling; the
+published protocol read `.mat` files into float32 and resampled in float32. `fft_resample_to` takes the
+dtype so each adapter can compute in the precision its reference did (scipy's FFT keeps float32 inputs in
+single precision).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -16,30 +22,54 @@ import torch.nn.functional as F
 from scipy import signal as sps
 from torch import nn
 
-from raybench.encoders.base import CheckpointError, load_state_dict_strict, load_torch_checkpoint
+from raybench.encoders.base import CheckpointError
+from raybench.encoders.preprocess import note_pad, note_resample, zscore_leads
+
+# The protocol's shared 12-lead loader resamples every record to this many samples before z-scoring it
+# (benchmark_v1/adapters/ecg_fm.py:21, 64-68: ECG_FM_TARGET_SAMPLES); CSFM and ST-MEM start from its output.
+PUBLISHED_12LEAD_SAMPLES = 5000
 
 
-def fft_resample(x: np.ndarray, fs_in: float, fs_out: float) -> np.ndarray:
-    """FFT resampling along time (`scipy.signal.resample`), as CSFM, ECG-JEPA and ST-MEM do upstream.
+def fft_resample_to(x: np.ndarray, n: int, dtype: type = np.float64, always: bool = False) -> np.ndarray:
+    """`scipy.signal.resample(x, n, axis=-1)` computed in `dtype`; skipped when the length is already n
+    (the references test `shape != n` first) unless `always` (ST-MEM's published loader resamples
+    unconditionally)."""
+    x = np.asarray(x, dtype=dtype)
+    if x.shape[-1] == n and not always:
+        return x
+    return sps.resample(x, n, axis=-1)
 
-    Output length is round(T * fs_out / fs_in). Kept beside the polyphase `preprocess.resample` because
-    the upstream pipelines (and the published protocol) use the FFT method and the two differ slightly.
-    """
-    x = np.asarray(x, dtype=np.float32)
+
+def resample_rate(x: np.ndarray, fs_in: float, fs_out: float, n: int, dtype: type = np.float64) -> np.ndarray:
+    """FFT resampling from fs_in to fs_out with an explicit output length n (each upstream computes n with its
+    own expression, e.g. `int(T * fs_out / fs_in)`: truncation, not rounding). No-op when the rates agree."""
+    x = np.asarray(x, dtype=dtype)
     if fs_in == fs_out:
         return x
-    n = int(round(x.shape[-1] * fs_out / fs_in))
-    return sps.resample(x, n, axis=-1).astype(np.float32)
+    note_resample(fs_in, fs_out)
+    return sps.resample(x, n, axis=-1)
 
 
-def crop_center_or_pad_end(x: np.ndarray, n: int) -> np.ndarray:
-    """Centre-crop longer records (deterministic stand-in for upstream random crops); zero-pad the end."""
-    if x.shape[-1] > n:
-        start = (x.shape[-1] - n) // 2
-        return x[..., start:start + n]
-    if x.shape[-1] < n:
-        return np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n - x.shape[-1])])
-    return x
+def pad_end(x: np.ndarray, n: int) -> np.ndarray:
+    """Zero-pad at the end to n samples (a record shorter than the model's window; recorded as a note)."""
+    t = x.shape[-1]
+    if t >= n:
+        return x
+    note_pad(t, n)
+    return np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n - t)])
+
+
+def crop_center(x: np.ndarray, n: int) -> np.ndarray:
+    """The n samples starting at (T - n) // 2 (ST-MEM's `CenterCrop` rule); x must hold at least n."""
+    start = (x.shape[-1] - n) // 2
+    return x[..., start:start + n]
+
+
+def published_12lead(signal: np.ndarray) -> np.ndarray:
+    """The protocol's shared 12-lead loader after reading a record (benchmark_v1/adapters/ecg_fm.py:60-69):
+    float32, FFT-resampled to 5,000 samples when it has another length (whatever its rate or duration),
+    per-lead z-score with the std floored at 1e-6."""
+    return zscore_leads(fft_resample_to(signal, PUBLISHED_12LEAD_SAMPLES, np.float32))
 
 
 def fused_attention(qkv: torch.Tensor, heads: int, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -66,16 +96,51 @@ def stack_means(states: list[torch.Tensor], keep: torch.Tensor | slice | None = 
     return torch.stack([(h if keep is None else h[:, keep]).mean(dim=1) for h in states])
 
 
-def load_extracted(model: nn.Module, path: str | Path, extract: Callable[[object, str], Mapping[str, torch.Tensor]]
-                   ) -> None:
-    """Load `path` safely, pull the encoder state out with `extract(obj, source)`, load it strictly."""
-    source = str(path)
-    obj = load_torch_checkpoint(path)
-    state = extract(obj, source)
+# ---------------------------------------------------------------- checkpoints
+
+
+def require_tensors(state: Mapping[str, object], source: str) -> dict[str, torch.Tensor]:
     bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
     if bad:
         raise CheckpointError(f"{source}: entries are not tensors: {bad[:8]}")
-    load_state_dict_strict(model, state, source)
+    return dict(state)  # type: ignore[arg-type]
+
+
+def key_report(expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> dict:
+    """loaded / missing / extra keys (and shape mismatches) of `state` against a model's state dict, with the
+    parameter counts: `n_params` loaded, `n_params_model` the model's."""
+    loaded = sorted(k for k in expected if k in state and tuple(state[k].shape) == tuple(expected[k].shape))
+    return {
+        "loaded": loaded,
+        "missing": sorted(set(expected) - set(state)),
+        "extra": sorted(set(state) - set(expected)),
+        "shape_mismatch": sorted(f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
+                                 if k in state and tuple(state[k].shape) != tuple(v.shape)),
+        "n_params": int(sum(expected[k].numel() for k in loaded)),
+        "n_params_model": int(sum(v.numel() for v in expected.values())),
+    }
+
+
+def listing(keys: list[str], n: int = 40) -> str:
+    more = f", ... ({len(keys)} in all)" if len(keys) > n else ""
+    return "[" + ", ".join(keys[:n]) + more + "]"
+
+
+def raise_on_mismatch(report: dict, source: str, model_name: str, hint: str) -> None:
+    """A CheckpointError listing every missing / unexpected key (up to 40 each) and shape mismatch."""
+    if report["missing"] or report["extra"]:
+        raise CheckpointError(
+            f"{source}: checkpoint keys do not match {model_name}: missing {listing(report['missing'])}, "
+            f"unexpected {listing(report['extra'])}. {hint}")
+    if report["shape_mismatch"]:
+        raise CheckpointError(f"{source}: tensor shapes do not match the model: {listing(report['shape_mismatch'])}")
+
+
+def load_reported(model: nn.Module, state: Mapping[str, torch.Tensor], source: str, hint: str) -> None:
+    """Strict load after a key report: any missing or unexpected key or shape mismatch is a CheckpointError
+    naming the keys; random weights are never kept."""
+    raise_on_mismatch(key_report(model.state_dict(), state), source, type(model).__name__, hint)
+    model.load_state_dict(dict(state), strict=True)
 
 
 def build_sized(cls: Callable, full: object, demo: object, spec, load: Callable[[nn.Module, str], None]) -> nn.Module:

@@ -353,6 +353,28 @@ def require_tensors(state: Mapping[str, object], source: str) -> dict[str, torch
     return dict(state)  # type: ignore[arg-type]
 
 
+# The ECG-FM model a state dict comes from, told by its keys (fairseq-signals module layout).
+VARIANT_PRETRAINED = "pretrained"  # wav2vec2 / wav2vec2_cmsc with its pretraining heads (the audited encoder)
+VARIANT_CLASSIFIER = "classifier"  # ecg_transformer_classifier: encoder under `encoder.`, a `proj` head
+VARIANT_ENCODER_ONLY = "encoder_only"  # ecg_transformer: the encoder without pretraining heads
+VARIANT_UNKNOWN = "unknown"
+
+
+def ecg_fm_variant(keys: object, prefix: str = "") -> str:
+    """Which fairseq-signals ECG-FM model the keys under `prefix` belong to.
+
+    pretrained: `feature_extractor.*` at the top with `final_proj.*` (ECG-FM's
+    mimic_iv_ecg_physionet_pretrained.pt); classifier: `encoder.feature_extractor.*` and `proj.*`
+    (ecg_transformer_classifier, e.g. mimic_iv_ecg_finetuned.pt, whose `encoder` is an ecg_transformer);
+    encoder_only: `feature_extractor.*` without the pretraining heads (a bare ecg_transformer)."""
+    rel = {k[len(prefix):] for k in keys if isinstance(k, str) and k.startswith(prefix)}  # type: ignore[union-attr]
+    if any(k.startswith("encoder.feature_extractor.") for k in rel) or any(k.startswith("proj.") for k in rel):
+        return VARIANT_CLASSIFIER
+    if any(k.startswith("feature_extractor.") for k in rel):
+        return VARIANT_PRETRAINED if any(k.startswith("final_proj.") for k in rel) else VARIANT_ENCODER_ONLY
+    return VARIANT_UNKNOWN
+
+
 def check_batch(x: torch.Tensor, shape: tuple[int, ...], model: str, profile: str) -> None:
     """x must be [B, *shape]; the message names the model, the profile and the fix."""
     if x.ndim != len(shape) + 1 or tuple(x.shape[1:]) != shape:
@@ -373,17 +395,45 @@ def fft_resample_to(x: np.ndarray, n: int) -> np.ndarray:
 
 
 def linear_resample(x: np.ndarray, fs_in: float, fs_out: float) -> np.ndarray:
-    """fairseq-signals' ECG resampling: int(T * fs_out / fs_in) samples by linear interpolation, the first and
-    last samples kept in place (the original grid is stretched over the new one)."""
-    x = np.asarray(x, dtype=np.float32)
+    """fairseq-signals' ECG resampling (scripts/preprocess/ecg/preprocess.py `resample`): int(T * (fs_out / fs_in))
+    samples - truncated, not rounded - by linear interpolation, the first and last samples kept in place (the
+    original grid is stretched over the new one). float64 in and out, as upstream computes it."""
+    x = np.asarray(x, dtype=np.float64)
     if fs_in == fs_out:
         return x
     t = x.shape[-1]
-    n = int(t * (fs_out / fs_in))
-    src = np.linspace(0.0, n - 1, t)
-    dst = np.arange(n, dtype=np.float64)
+    n = int(t * (fs_out / fs_in))  # upstream's expression, operand order included
+    src = np.linspace(0, n - 1, t)
+    dst = np.arange(n)
     flat = x.reshape(-1, t)
-    return np.stack([np.interp(dst, src, row) for row in flat]).reshape(*x.shape[:-1], n).astype(np.float32)
+    return np.stack([np.interp(dst, src, row) for row in flat]).reshape(*x.shape[:-1], n)
+
+
+def standardize_leads(x: np.ndarray) -> np.ndarray:
+    """fairseq-signals' per-lead standardization (preprocess.py `preprocess_mat` + `lead_std_divide` with its
+    default constant_lead_strategy='zero'): subtract each lead's mean, divide by its std; a lead whose std
+    is exactly 0 becomes 0. float64, no epsilon (a near-constant lead is divided by its tiny std, as upstream)."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.mean(axis=-1, keepdims=True)
+    std = x.std(axis=-1, keepdims=True)
+    zero = std == 0
+    out = x / np.where(zero, 1.0, std)
+    return np.where(zero, 0.0, out) if zero.any() else out
+
+
+def nonzero_mean(h: torch.Tensor) -> torch.Tensor:
+    """[B, T, D] -> [B, D]: fairseq-signals' pooling of encoder tokens, `x.sum(dim=1) / (x != 0).sum(dim=1)` -
+    each feature summed over tokens and divided by the number of tokens where it is non-zero (padded tokens
+    are zeroed upstream, so this is the mean over real tokens). ECG-FM's scripts/embs.py and CARDIAC-FM's
+    MMCL.forward_ecg both pool this way. On unpadded inputs no post-LayerNorm output is exactly 0, so this
+    equals the plain mean up to rounding. A feature that is 0 in every token gives 0 here (upstream: 0/0 = NaN)."""
+    return torch.div(h.sum(dim=1), (h != 0).sum(dim=1).clamp(min=1))
+
+
+def pool_tokens(h: torch.Tensor, profile: str) -> torch.Tensor:
+    """native: upstream's `nonzero_mean`; published: the protocol's plain token mean (its
+    scripts/build_probe_features.py: `values.mean(axis=1, dtype=np.float32)`)."""
+    return h.mean(dim=1) if profile == "published" else nonzero_mean(h)
 
 
 def scale_minus1_1(x: np.ndarray, eps: float = 1e-8) -> np.ndarray:

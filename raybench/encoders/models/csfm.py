@@ -1,13 +1,42 @@
 """CSFM (Cardiac Sensing Foundation Model, tiny variant): patch-25 ViT over 12 leads + a CLS token.
 
 Our own module; parameter names follow the published `.pth` (a flat state dict whose encoder entries carry
-an `encoder.` prefix; the classification head `encoder.mlp_head.*` and any non-encoder entries are not
-part of the audited encoder). Tokens: CLS, then lead-major patches (lead c, patch n) each embedded as
+an `encoder.` prefix). Tokens: CLS, then lead-major patches (lead c, patch n) each embedded as
 LN -> Linear -> LN plus a channel-type embedding (channel index = lead index 0..11) and a per-patch position
 embedding. Blocks are pre-norm (the norm lives inside the attention and the MLP). The text branch of the
 multimodal model is kept as parameters (so the checkpoint loads strictly) but never used: ECG only.
+Upstream references below are guxiao0822/Cardiac-Sensing-FM @ 92eb23a (network/model.py, utils/preprocess.py)
+and the published protocol's adapter (benchmark_v1/adapters/csfm.py @ de4e19d).
 
-Audited states: the output of each of the 6 blocks (before the final norm), token-mean pooled.
+Audited states ("the layer"), 6 of them:
+  native     upstream's own representation rule, applied at every depth. `CSFM_model` builds the model with
+             `pool='cls'` (network/model.py:529) and `forward(task='cls')` returns `x[:, 0]` of the
+             transformer output (model.py:449), which is the block stack followed by the final LayerNorm
+             (`Transformer.forward`, model.py:96-105). So layer i < 5 is the CLS token of block i's output
+             (the pre-norm residual stream `return_intermediate` exposes, model.py:100-104) and layer 5 is
+             the CLS token after the final norm: exactly the feature vector upstream's README extracts
+             (`model.mlp_head = nn.Identity(); model(signal, channels)`).
+  published  what the protocol's code captured: a forward hook on each block's feed-forward returning
+             `output + inputs[0]`, i.e. block i's pre-norm output (adapters/csfm.py:129-138), averaged over
+             all 1 + 12 x 100 tokens, CLS included (`values.mean(axis=1)`, scripts/build_probe_features.py:113).
+
+Preprocessing:
+  native     upstream `preprocess_ecg` (utils/preprocess.py:19-56): FFT resampling to 250 Hz with
+             `int(T * 250 / fs)` samples (truncation, :41), neurokit2 `ecg_clean` per lead (:44-47), then
+             2,500 samples: zero-pad at the end when shorter, a crop when longer (:8-17), then a per-lead
+             z-score `(x - mean) / (std + 1e-8)` (:52-54). Upstream crops at a *random* start
+             (`np.random.randint(0, T - 2500)`); raybench takes the centre start (T - 2500) // 2, a fixed
+             point inside upstream's range (PTB-XL records resample to exactly 2,500 and are not cropped).
+  published  the protocol's loader (adapters/ecg_fm.py:60-69 then adapters/csfm.py:42-45): the record FFT-
+             resampled to 5,000 samples if it has another length, a per-lead z-score (std floored at 1e-6),
+             then FFT-resampled to 2,500 samples, all in float32. Whatever the record's rate or duration it
+             is squeezed into those lengths, as that code did (its PTB-XL records were 10 s at 500 Hz).
+
+Checkpoints: upstream loads `{k.replace('encoder.', ''): v for k in ckpt if k.startswith('encoder.') and
+'mlp_head' not in k}` with `strict=False` (README "Load the Pretrained Model"), which would silently keep
+random weights for anything missing. raybench drops only the named extra groups in `EXTRA_GROUPS` (the
+classification head, the dense-prediction head, a pre-training decoder); any other key, missing or
+unexpected, is a CheckpointError listing the keys. `inspect_checkpoint` reports what would load.
 """
 
 from __future__ import annotations
@@ -18,22 +47,42 @@ import numpy as np
 import torch
 from torch import nn
 
-from raybench.encoders.base import CheckpointError, ECGEncoder, EncoderSpec, register_encoder
+from raybench.encoders.base import CheckpointError, ECGEncoder, EncoderSpec, load_torch_checkpoint, register_encoder
 from raybench.encoders.models._vit import (
     build_sized,
     check_input,
-    crop_center_or_pad_end,
-    fft_resample,
+    crop_center,
+    fft_resample_to,
     fused_attention,
-    load_extracted,
+    key_report,
+    pad_end,
+    published_12lead,
+    raise_on_mismatch,
+    require_tensors,
+    resample_rate,
     stack_means,
 )
-from raybench.encoders.preprocess import zscore_leads
 
 FS = 250
 SAMPLES = 2500
 PREFIX = "encoder."
-HEAD_PREFIX = "encoder.mlp_head."
+ZSCORE_EPS = 1e-8  # utils/preprocess.py:54: std + 1e-8
+
+# Extra key groups a CSFM `.pth` may carry besides the encoder; dropped by name, never loaded.
+EXTRA_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
+    # CSFM.mlp_head (network/model.py:403); upstream's loader drops every key containing 'mlp_head'
+    "mlp_head": {"prefixes": ("encoder.mlp_head.",), "names": ()},
+    # the dense-prediction head `forward(task='dense')` uses (model.py:458-476)
+    "dense_head": {"prefixes": ("encoder.dense_act_postprocess.", "encoder.dense_scratch.", "encoder.dense_head."),
+                   "names": ()},
+    # a masked-reconstruction pre-training decoder next to the encoder (top-level, outside `encoder.`)
+    "decoder": {"prefixes": ("decoder.", "decoder_", "enc_to_dec."), "names": ("mask_token",)},
+}
+# Parameters of upstream's CSFM_model('Tiny') without mlp_head, counted on the upstream module (upstream
+# publishes no count); tests/parity checks the adapter against the count its generator recorded.
+UPSTREAM_TINY_PARAMS = 42_511_154
+# (dim, depth, heads x dim_head, mlp_dim) of the upstream variants (network/model.py:533-540, dim_head 64)
+VARIANTS = {(768, 6, 512, 1024): "Tiny", (768, 12, 768, 3072): "Base", (1024, 16, 1536, 4096): "Large"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +101,10 @@ class CSFMConfig:
     @property
     def num_patches(self) -> int:
         return self.signal_len // self.patch_size
+
+    @property
+    def geometry(self) -> tuple[int, int, int, int]:
+        return self.dim, self.depth, self.heads * self.dim_head, self.mlp_dim
 
 
 FULL = CSFMConfig()
@@ -86,7 +139,7 @@ class FeedForward(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, cfg: CSFMConfig):
         super().__init__()
-        self.norm = nn.LayerNorm(cfg.dim)  # final norm: in the checkpoint, not part of the audited states
+        self.norm = nn.LayerNorm(cfg.dim)  # final norm: part of the last native state (the CLS after it)
         self.layers = nn.ModuleList(nn.ModuleList([Attention(cfg), FeedForward(cfg)]) for _ in range(cfg.depth))
 
 
@@ -129,18 +182,20 @@ class CSFMEncoder(ECGEncoder):
 
     # ------------------------------------------------------------ preprocessing
     def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
-        """native: 250 Hz (FFT), neurokit2 `ecg_clean` per lead, 2,500 samples, per-lead z-score.
-        published: per-lead z-score at the source rate, 250 Hz (FFT), 2,500 samples; no cleaning."""
-        x = np.asarray(signal, dtype=np.float32)
+        """One record [12, T] mV at fs -> [12, 2500] (see the module docstring for both profiles)."""
         if self.profile == "published":
-            return crop_center_or_pad_end(fft_resample(zscore_leads(x), fs, FS), SAMPLES).astype(np.float32)
-        x = _nk_clean(fft_resample(x, fs, FS), FS)
-        return zscore_leads(crop_center_or_pad_end(x, SAMPLES))
+            return fft_resample_to(published_12lead(signal), SAMPLES, np.float32).astype(np.float32)
+        x = np.asarray(signal, dtype=np.float64)
+        x = resample_rate(x, fs, FS, int(x.shape[-1] * FS / fs))
+        x = _nk_clean(x, FS)
+        x = crop_center(pad_end(x, SAMPLES), SAMPLES)
+        x = (x - x.mean(axis=-1, keepdims=True)) / (x.std(axis=-1, keepdims=True) + ZSCORE_EPS)
+        return x.astype(np.float32)
 
     # ------------------------------------------------------------ forward
     @torch.no_grad()
     def block_outputs(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Native inputs [B, 12, 2500] -> token states [B, 1 + 12 N, dim] after each block."""
+        """Native inputs [B, 12, 2500] -> token states [B, 1 + 12 N, dim] after each block (pre-norm)."""
         check_input(x, 12, self.cfg.signal_len, "CSFM")
         tokens = self.ts_to_patch_embedding(x.float())  # [B, C, N, dim]
         b, c, n, _ = tokens.shape
@@ -153,40 +208,121 @@ class CSFMEncoder(ECGEncoder):
             out.append(h)
         return out
 
+    @torch.no_grad()
     def layer_states(self, x: torch.Tensor) -> torch.Tensor:
-        """[n_layers, B, dim]: mean over ECG patch tokens (native) or over all tokens incl. CLS (published)."""
-        keep = None if self.profile == "published" else slice(1, None)
-        return stack_means(self.block_outputs(x), keep)
+        """[n_layers, B, dim]: the CLS token, the last one after the final norm (native), or the mean over
+        all tokens of the pre-norm block outputs, CLS included (published)."""
+        states = self.block_outputs(x)
+        if self.profile == "published":
+            return stack_means(states)
+        cls = [h[:, 0] for h in states]
+        cls[-1] = self.transformer.norm(cls[-1])  # LayerNorm is per token: norm(h)[:, 0] == norm(h[:, 0])
+        return torch.stack(cls)
 
 
 def _nk_clean(x: np.ndarray, fs: int, powerline: float = 50.0) -> np.ndarray:
     """Upstream cleaning, neurokit2's default `ecg_clean`: order-5 Butterworth 0.5 Hz high-pass (zero phase),
     then its powerline filter (a zero-phase moving average over fs/50 samples). Written out with scipy so
-    all 12 leads are filtered in one call; tests check it equals `nk.ecg_clean` lead by lead."""
+    all 12 leads are filtered in one call; tests check it equals `nk.ecg_clean` lead by lead. float64."""
     from scipy import signal as sps
 
     sos = sps.butter(5, 0.5, btype="highpass", output="sos", fs=fs)
-    clean = sps.sosfiltfilt(sos, x.astype(np.float64), axis=-1)
+    clean = sps.sosfiltfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
     taps = np.ones(int(fs / powerline) if fs >= 100 else 2)
-    clean = sps.filtfilt(taps, [len(taps)], clean, axis=-1, method="pad")
-    return clean.astype(np.float32)
+    return sps.filtfilt(taps, [len(taps)], clean, axis=-1, method="pad")
 
 
-def extract_encoder_state(obj: object, source: str) -> dict[str, torch.Tensor]:
-    """Published `.pth`: flat dict; keep `encoder.*` minus the head, strip the prefix."""
+# ---------------------------------------------------------------- checkpoints
+
+
+def extra_group(key: str) -> str | None:
+    """The name of the `EXTRA_GROUPS` entry `key` (as the file names it) belongs to, or None."""
+    for group, spec in EXTRA_GROUPS.items():
+        if key.startswith(spec["prefixes"]) or key in spec["names"]:
+            return group
+    return None
+
+
+def split_checkpoint(obj: object, source: str) -> tuple[dict[str, torch.Tensor], dict[str, list[str]], list[str]]:
+    """Published `.pth` (flat dict) -> (encoder state with `encoder.` stripped, the dropped extra groups
+    {group: keys}, foreign keys: neither encoder nor a known group, as the file names them)."""
     if not isinstance(obj, dict):
         raise CheckpointError(f"{source}: expected the CSFM flat state dict, found {type(obj).__name__}")
-    state = {k[len(PREFIX):]: v for k, v in obj.items() if k.startswith(PREFIX) and not k.startswith(HEAD_PREFIX)}
-    if not state:
+    if not any(isinstance(k, str) and k.startswith(PREFIX) for k in obj):
         raise CheckpointError(f"{source}: no {PREFIX!r} entries; expected the published CSFM .pth "
-                              f"(flat dict, keys like 'encoder.cls_token'), found {sorted(obj)[:8]}")
-    return state
+                              f"(flat dict, keys like 'encoder.cls_token'), found {sorted(map(str, obj))[:8]}")
+    state: dict[str, torch.Tensor] = {}
+    dropped: dict[str, list[str]] = {}
+    foreign: list[str] = []
+    for key in sorted(obj, key=str):
+        group = extra_group(str(key))
+        if group is not None:
+            dropped.setdefault(group, []).append(key)
+        elif key.startswith(PREFIX):
+            state[key[len(PREFIX):]] = obj[key]
+        else:
+            foreign.append(str(key))
+    return require_tensors(state, source), dropped, foreign
+
+
+def geometry(state: dict[str, torch.Tensor]) -> tuple[int, int, int, int] | None:
+    """(dim, depth, heads x dim_head, mlp_dim) read off an encoder state, None when the keys are absent."""
+    try:
+        depth = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("transformer.layers."))
+        return (int(state["cls_token"].shape[-1]), depth,
+                int(state["transformer.layers.0.0.to_qkv.weight"].shape[0]) // 3,
+                int(state["transformer.layers.0.1.net.1.weight"].shape[0]))
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
+HINT = ("Check that the file is the published CSFM-Tiny .pth; known extra groups "
+        f"({', '.join(EXTRA_GROUPS)}) are dropped by name, any other key is refused.")
+
+
+def check_variant(model: CSFMEncoder, state: dict[str, torch.Tensor], source: str) -> None:
+    found = geometry(state)
+    if found is not None and found != model.cfg.geometry:
+        name = VARIANTS.get(found, "an unknown variant")
+        raise CheckpointError(f"{source}: this is CSFM-{name} (dim {found[0]}, {found[1]} layers, inner "
+                              f"{found[2]}, mlp {found[3]}); the adapter at this size expects dim {model.d}, "
+                              f"{model.n_layers} layers (the published CSFM-Tiny at size 'full')")
+
+
+def apply_checkpoint(model: CSFMEncoder, obj: object, source: str) -> None:
+    """Load a published `.pth` object: drop the named extra groups, refuse anything else."""
+    state, _, foreign = split_checkpoint(obj, source)
+    check_variant(model, state, source)
+    report = key_report(model.state_dict(), state)
+    report["extra"] = sorted([PREFIX + k for k in report["extra"]] + foreign)
+    raise_on_mismatch(report, source, type(model).__name__, HINT)
+    model.load_state_dict(state, strict=True)
 
 
 def load_checkpoint(model: CSFMEncoder, path: str) -> None:
-    load_extracted(model, path, extract_encoder_state)
+    apply_checkpoint(model, load_torch_checkpoint(path), str(path))
+
+
+def inspect_checkpoint(path: str, size: str = "full") -> dict:
+    """What loading `path` into the `size` architecture would do, without failing on a key mismatch: model,
+    file, variant, loaded / missing / extra keys (extra = refused: neither encoder nor a named group, as the
+    file names them), the named groups dropped, parameter counts (loaded, model) and upstream's count.
+    An unreadable or non-CSFM file raises CheckpointError."""
+    source = str(path)
+    state, dropped, foreign = split_checkpoint(load_torch_checkpoint(path), source)
+    model = CSFMEncoder(FULL if size == "full" else DEMO)
+    report = key_report(model.state_dict(), state)
+    report["extra"] = sorted([PREFIX + k for k in report["extra"]] + foreign)
+    found = geometry(state)
+    return {"model": "csfm", "file": source,
+            "variant": f"CSFM-{VARIANTS.get(found, 'unknown')}" if found else "unknown (encoder keys incomplete)",
+            "architecture": f"{size}: {model.n_layers} layers x {model.d}, {model.cfg.heads} heads",
+            **report, "dropped": dropped, "published_params": UPSTREAM_TINY_PARAMS,
+            "published_params_source": "upstream CSFM_model('Tiny') without mlp_head, counted on "
+                                       "Cardiac-Sensing-FM network/model.py (no count is published)"}
 
 
 @register_encoder("csfm")
 def build(spec: EncoderSpec) -> CSFMEncoder:
     return build_sized(CSFMEncoder, FULL, DEMO, spec, load_checkpoint)
+

@@ -4,9 +4,37 @@ Our own module; parameter names follow the published encoder checkpoint `{'model
 entries: the pre-trained encoder has none). Each lead becomes [SEP, patch 1..N, SEP]; position embedding
 index 0 / N+1 goes to the left / right SEP, 1..N to the patches; the lead's embedding is added to all N+2
 tokens; the leads are concatenated into one sequence. Blocks are pre-norm (`PreNorm(norm, fn)`).
+Upstream references below are bakqui/ST-MEM @ 69ec702 (models/encoder/st_mem_vit.py, util/transforms.py,
+util/dataset.py, data/process_ecg.py, configs/downstream/st_mem.yaml) and the published protocol's adapter
+(benchmark_v1/adapters/st_mem.py @ de4e19d).
 
-Audited states: the output of each of the 12 blocks (before the final norm), token-mean pooled: over the
-patch tokens (native, as upstream's own pooling drops SEP) or over all tokens incl. SEP (published).
+Audited states ("the layer"), 12 of them:
+  native     upstream's representation rule at every depth. `forward_encoding` drops the two SEP tokens of
+             every lead, averages the patch tokens over leads and time, then applies the final LayerNorm to
+             that mean (st_mem_vit.py:116-121). So layer i < 11 is the patch-token mean of block i's output
+             and layer 11 is `norm(patch-token mean of block 11)`, i.e. exactly `forward_encoding(x)`
+             (the norm acts on the pooled vector, not on each token).
+  published  what the protocol's code captured: a forward hook on each block (adapters/st_mem.py:401-409)
+             averaged over all 12 x (N + 2) tokens, SEP included (scripts/build_probe_features.py:113); no
+             final norm.
+
+Preprocessing:
+  native     upstream's pipeline for a downstream record: `process_ecg.py` keeps 10-s windows of the record
+             in float32 (the first one is the record's first 10 s; records shorter than 10 s are dropped,
+             data/process_ecg.py:87-94); the dataset FFT-resamples it to 250 Hz with `int(T * 250 / fs)`
+             samples (util/transforms.py:56-61, fs cast to int by util/dataset.py:114); the evaluation
+             transforms (configs/downstream/st_mem.yaml `eval_transforms`) crop 2,250 samples, high-pass
+             0.67 Hz then low-pass 40 Hz (order-5 Butterworth, `sosfiltfilt`, transforms.py:115-138) and
+             standardize over all leads and samples together (0 where the std is 0, transforms.py:140-152).
+             Upstream's evaluation crops three windows (`n_crop`, starts 0, 125, 250; transforms.py:100-113)
+             and averages the head's logits over them (engine_downstream.py:112-120); an audit needs one
+             state per record, so raybench keeps the middle window, start (2500 - 2250) // 2 = 125, which
+             is also upstream's `CenterCrop` (transforms.py:75-85). A record shorter than 10 s is zero-padded
+             at the end to 2,500 samples at 250 Hz (upstream drops it).
+  published  the protocol's loader (adapters/ecg_fm.py:60-69 then adapters/st_mem.py:320-324): the record
+             FFT-resampled to 5,000 samples if it has another length, a per-lead z-score (std floored at
+             1e-6), FFT-resampled to 2,500 samples (always), the centre 2,250 (start 125); float32
+             throughout; no filtering.
 """
 
 from __future__ import annotations
@@ -18,23 +46,32 @@ import torch
 from scipy import signal as sps
 from torch import nn
 
-from raybench.encoders.base import ECGEncoder, EncoderSpec, register_encoder
+from raybench.encoders.base import ECGEncoder, EncoderSpec, load_torch_checkpoint, register_encoder
 from raybench.encoders.models._vit import (
     build_sized,
     check_input,
-    fft_resample,
+    crop_center,
+    fft_resample_to,
     fused_attention,
-    load_extracted,
+    key_report,
+    load_reported,
+    pad_end,
+    published_12lead,
     require_dict_entry,
+    require_tensors,
+    resample_rate,
     stack_means,
 )
-from raybench.encoders.preprocess import center_crop_or_pad, zscore_joint, zscore_leads
 
 FS = 250
 SAMPLES = 2250
+WINDOW_S = 10  # process_ecg.py:87-89: 10-s windows
+WINDOW = FS * WINDOW_S
 HIGHPASS_HZ = 0.67
 LOWPASS_HZ = 40.0
 FILTER_ORDER = 5
+# Entries of upstream's st_mem_vit_base(num_leads=12) state, counted on the upstream module.
+UPSTREAM_PARAMS = 85_150_614
 
 
 @dataclass(frozen=True)
@@ -136,17 +173,17 @@ class STMEMEncoder(ECGEncoder):
         self.lead_embeddings = nn.ParameterList(nn.Parameter(torch.randn(cfg.dim)) for _ in range(cfg.leads))
         for i in range(cfg.depth):
             self.add_module(f"block{i}", TransformerBlock(cfg))
-        self.norm = nn.LayerNorm(cfg.dim)  # final norm: in the checkpoint, not part of the audited states
+        self.norm = nn.LayerNorm(cfg.dim)  # final norm: applied to the last native state (pooled vector)
 
     def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
-        """native: 250 Hz (FFT), centre 2,250 samples, 0.67 Hz high-pass + 40 Hz low-pass (order-5
-        Butterworth, zero-phase), one joint z-score. published: per-lead z-score at the source rate,
-        250 Hz (FFT), centre 2,250 samples."""
-        x = np.asarray(signal, dtype=np.float32)
+        """One record [12, T] mV at fs -> [12, 2250] (see the module docstring for both profiles)."""
         if self.profile == "published":
-            return center_crop_or_pad(fft_resample(zscore_leads(x), fs, FS), SAMPLES).astype(np.float32)
-        x = center_crop_or_pad(fft_resample(x, fs, FS), SAMPLES)
-        return zscore_joint(_highpass_lowpass(x, FS))
+            x = fft_resample_to(published_12lead(signal), WINDOW, np.float32, always=True)
+            return crop_center(x, SAMPLES).astype(np.float32)
+        x = np.asarray(signal, dtype=np.float32)[:, :int(WINDOW_S * fs)]
+        x = resample_rate(x, int(fs), FS, int(x.shape[-1] * FS / int(fs)), dtype=np.float32)
+        x = crop_center(pad_end(x, WINDOW), SAMPLES)
+        return _standardize(_highpass_lowpass(x, FS)).astype(np.float32)
 
     @torch.no_grad()
     def block_outputs(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -172,9 +209,15 @@ class STMEMEncoder(ECGEncoder):
         pos = torch.arange(self.cfg.leads * (n + 2), device=device) % (n + 2)
         return torch.nonzero((pos > 0) & (pos <= n)).squeeze(1)
 
+    @torch.no_grad()
     def layer_states(self, x: torch.Tensor) -> torch.Tensor:
-        keep = None if self.profile == "published" else self.patch_token_index(x.device)
-        return stack_means(self.block_outputs(x), keep)
+        """[n_layers, B, dim]: patch-token means, the last one through the final norm (native), or means over
+        every token, SEP included (published)."""
+        if self.profile == "published":
+            return stack_means(self.block_outputs(x))
+        states = stack_means(self.block_outputs(x), self.patch_token_index(x.device))
+        states[-1] = self.norm(states[-1])
+        return states
 
 
 def _highpass_lowpass(x: np.ndarray, fs: float) -> np.ndarray:
@@ -182,15 +225,46 @@ def _highpass_lowpass(x: np.ndarray, fs: float) -> np.ndarray:
     Not `preprocess.bandpass` (one order-4 band-pass), whose response differs."""
     hp = sps.butter(FILTER_ORDER, HIGHPASS_HZ, btype="highpass", fs=fs, output="sos")
     lp = sps.butter(FILTER_ORDER, LOWPASS_HZ, btype="lowpass", fs=fs, output="sos")
-    return sps.sosfiltfilt(lp, sps.sosfiltfilt(hp, x, axis=-1), axis=-1).astype(np.float32)
+    return sps.sosfiltfilt(lp, sps.sosfiltfilt(hp, x, axis=-1), axis=-1)
+
+
+def _standardize(x: np.ndarray) -> np.ndarray:
+    """Upstream `Standardize(axis=(-1, -2))`: one mean / std over all leads and samples; 0 where std is 0."""
+    loc, scale = x.mean(), x.std()
+    return np.divide(x - loc, scale, out=np.zeros_like(x), where=scale != 0)
 
 
 def extract_encoder_state(obj: object, source: str):
     return require_dict_entry(obj, "model", source, "the ST-MEM encoder checkpoint {'model': state_dict}")
 
 
+def apply_checkpoint(model: STMEMEncoder, obj: object, source: str) -> None:
+    """Load a checkpoint object in the published format strictly (every key accounted for)."""
+    state = require_tensors(extract_encoder_state(obj, source), source)
+    load_reported(model, state, source, "Check that the file is the published checkpoint for this model and size.")
+
+
 def load_checkpoint(model: STMEMEncoder, path: str) -> None:
-    load_extracted(model, path, extract_encoder_state)
+    apply_checkpoint(model, load_torch_checkpoint(path), str(path))
+
+
+def inspect_checkpoint(path: str, size: str = "full") -> dict:
+    """What loading `path` into the `size` architecture would do, without failing on a key mismatch: model,
+    file, loaded / missing / extra keys of the `model` entry (a fine-tuned `head.*` shows as extra: raybench
+    audits the pre-trained encoder), the other top-level entries (epoch, optimizer, config) under `dropped`,
+    parameter counts (loaded, model) and upstream's count. A file without a `model` state dict raises
+    CheckpointError."""
+    source = str(path)
+    obj = load_torch_checkpoint(path)
+    state = require_tensors(extract_encoder_state(obj, source), source)
+    model = STMEMEncoder(FULL if size == "full" else DEMO)
+    return {"model": "st_mem", "file": source, "variant": "pre-trained encoder ('model')",
+            "architecture": f"{size}: {model.n_layers} layers x {model.d}, {model.cfg.heads} heads",
+            **key_report(model.state_dict(), state),
+            "dropped": {"other_entries": sorted(str(k) for k in obj if k != "model")},
+            "published_params": UPSTREAM_PARAMS,
+            "published_params_source": "upstream st_mem_vit_base(num_leads=12) without head, counted on ST-MEM "
+                                       "models/encoder/st_mem_vit.py (no count is published)"}
 
 
 @register_encoder("st_mem")

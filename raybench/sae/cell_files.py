@@ -1,10 +1,12 @@
-"""One grid cell on disk. The folder is written whole into a temp dir and renamed, so a cell
-folder that exists is complete (the grid's resume check relies on that).
+"""A cell's folder: the files one trained SAE leaves, written whole into a temp dir and renamed.
+
+A cell folder that exists is complete (raybench.sae.provenance.cell_complete relies on that).
 
 <cell>/sae.safetensors   W_enc [N,d], b_enc [N], W_dec [d,N], b_dec [d], norm_mean [d], norm_std [d]
 <cell>/cfg.json          hyperparameters + shapes + normalization note: the SAE is usable on its own
 <cell>/metrics.json      CellEval.metrics, selected / r_val / r_test lists, plus `extra`
-<cell>/patient_stats.npz n [P], sse [P], sst [P], corr [P, C, 5] (test split, for the bootstrap)
+<cell>/patient_stats.npz n [P], sse [P], sst [P], corr [P, C, 5] (test split, for the bootstrap;
+                         raybench.sufficient_stats)
 <cell>/decoder_top.npz   columns [d, m], idx [m], firing_rate_val [N]
 """
 
@@ -13,13 +15,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from raybench.io import _json_default, atomic_dir
+from raybench.atomic import atomic_dir, write_json
 from raybench.sae.evaluate import CellEval
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE
 
@@ -27,8 +29,13 @@ CELL_FILES = ("sae.safetensors", "cfg.json", "metrics.json", "patient_stats.npz"
 FORMAT_VERSION = 1
 
 
-def _dump(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+class CellSAE(NamedTuple):
+    """A saved cell's SAE, usable on raw activations: codes of normalizer.apply(x)."""
+
+    sae: StackedBatchTopKSAE
+    """The SAE, a stack of one."""
+    normalizer: Normalizer
+    """Train-split z-scoring of the raw activations (docs/protocol.md §6.1)."""
 
 
 def save_cell(cell_dir: str | os.PathLike, sae: StackedBatchTopKSAE, cfg: dict, ev: CellEval,
@@ -61,8 +68,8 @@ def save_cell(cell_dir: str | os.PathLike, sae: StackedBatchTopKSAE, cfg: dict, 
     metrics = {**ev.metrics, "selected": ev.selected, "r_val": ev.r_val, "r_test": ev.r_test, **extra}
     with atomic_dir(cell_dir) as tmp:
         save_file(tensors, str(tmp / "sae.safetensors"))
-        _dump(tmp / "cfg.json", full_cfg)
-        _dump(tmp / "metrics.json", metrics)
+        write_json(tmp / "cfg.json", full_cfg)
+        write_json(tmp / "metrics.json", metrics)
         np.savez(tmp / "patient_stats.npz", **ev.patient_stats())
         np.savez(tmp / "decoder_top.npz", columns=ev.decoder_top, idx=ev.decoder_top_idx,
                  firing_rate_val=ev.firing_rate_val)
@@ -76,7 +83,8 @@ def _require(cell_dir: Path, name: str) -> Path:
     return path
 
 
-def load_cell_sae(cell_dir: str | os.PathLike) -> tuple[StackedBatchTopKSAE, Normalizer]:
+def load_cell_sae(cell_dir: str | os.PathLike) -> CellSAE:
+    """The cell's SAE (a stack of one) and the normalizer it applies to raw activations."""
     cell_dir = Path(cell_dir)
     cfg = json.loads(_require(cell_dir, "cfg.json").read_text())
     t = load_file(str(_require(cell_dir, "sae.safetensors")))
@@ -90,22 +98,9 @@ def load_cell_sae(cell_dir: str | os.PathLike) -> tuple[StackedBatchTopKSAE, Nor
         sae.b_enc[0].copy_(t["b_enc"])
         sae.W_dec_t[0].copy_(t["W_dec"].T)
         sae.b_dec[0].copy_(t["b_dec"])
-    return sae, Normalizer(t["norm_mean"].numpy(), t["norm_std"].numpy())
+    return CellSAE(sae, Normalizer(t["norm_mean"].numpy(), t["norm_std"].numpy()))
 
 
 def load_cell_metrics(cell_dir: str | os.PathLike) -> dict:
+    """metrics.json: the cell's metrics, selected coordinates and r lists, and what it was trained on."""
     return json.loads(_require(Path(cell_dir), "metrics.json").read_text())
-
-
-def load_cell_cfg(cell_dir: str | os.PathLike) -> dict:
-    return json.loads(_require(Path(cell_dir), "cfg.json").read_text())
-
-
-def load_patient_stats(cell_dir: str | os.PathLike) -> dict[str, np.ndarray]:
-    with np.load(_require(Path(cell_dir), "patient_stats.npz")) as z:
-        return {k: z[k] for k in z.files}
-
-
-def load_decoder_top(cell_dir: str | os.PathLike) -> dict[str, np.ndarray]:
-    with np.load(_require(Path(cell_dir), "decoder_top.npz")) as z:
-        return {k: z[k] for k in z.files}

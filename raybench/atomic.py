@@ -73,7 +73,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Stable JSON (sorted keys, fixed indent) so reruns leave byte-identical files."""
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=json_default) + "\n")
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -92,7 +92,7 @@ def write_table(path: str | os.PathLike, df: pd.DataFrame, csv: bool = True) -> 
             df.to_csv(tmp, index=False, float_format="%.6g")
 
 
-def _json_default(obj: Any) -> Any:
+def json_default(obj: Any) -> Any:
     import numpy as np
 
     if isinstance(obj, np.integer):

@@ -1,0 +1,202 @@
+"""Per-patient statistics of many cells, packed for the patient bootstrap (docs/protocol.md §8).
+
+Every cell's test-set metrics are functions of its per-patient sums (patient_stats.npz, written by the SAE
+stage through raybench.sufficient_stats.patient_stats), so a bootstrap draw (multinomial patient counts w) is
+a weighted column sum and a chunk of draws is one GEMM  counts [draws, P] x packed [P, features].  Statistics
+are centred on the full-test means and scaled to unit variance before packing, so the sums stay well
+conditioned; `metrics_from_weighted` turns weighted sums back into (reconstruction R^2, accessibility,
+coverage) with the one Pearson-from-sums of raybench.sufficient_stats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from raybench.sufficient_stats import CONSTANT_RTOL, centered_sum_of_squares, pearson_from_sums
+
+METRIC_NAMES: tuple[str, ...] = ("reconstruction", "accessibility", "coverage")
+CELL_FIXED = 2  # sse, sst columns in front of each cell's packed block
+CONSTANT_RTOL_F32 = 1e-5  # the zero-variance rule's rtol for float32 packed statistics (rounding of float32 sums)
+
+
+class StatsError(ValueError):
+    """A patient_stats file is missing or inconsistent; the message names the file and the fix."""
+
+
+# ---------------------------------------------------------------- loading and packing
+
+
+@dataclass
+class PatientStats:
+    """Packed, centred per-patient statistics for a set of cells, plus exact full-sample point values.
+
+    y_matrix [P, G*(1+2C)]: per distinct concept block g: n, sum y~, sum y~^2 (y~ centred, scaled).
+    cell_blocks: list of [P, nb*(2+3C)]: per cell: sse/SST, sst/SST, sum a~, sum a~^2, sum a~y~.
+    cell_group [cells]: which concept block each cell uses (identical blocks are stored once).
+    point [cells, 3]: reconstruction, accessibility, coverage from the raw sums (no resampling).
+    point_r [cells, C]: per-concept test r from the raw sums.
+    active [P]: patients with at least one evaluated record (the published stream draws over these only, e.g.
+    the complete-case patients of a MIMIC run whose patient_stats keep empty patients with n = 0).
+    """
+
+    cell_ids: tuple[str, ...]
+    n_patients: int
+    n_concepts: int
+    y_matrix: np.ndarray
+    cell_blocks: list  # np.ndarray, or ray.ObjectRef when loaded with put=True
+    block_sizes: list[int]
+    cell_group: np.ndarray
+    point: np.ndarray
+    point_r: np.ndarray
+    threshold: float
+    active: np.ndarray | None = None
+
+    @property
+    def block_slices(self) -> list[slice]:
+        starts = np.cumsum([0, *self.block_sizes])
+        return [slice(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.exists():
+        raise StatsError(f"{path}: missing; rerun the SAE stage for this cell (raybench train) to write it")
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _center_cell(stats: dict[str, np.ndarray], path: Path, n_concepts: int | None,
+                 n_patients: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """-> (cell columns [P, 2+3C], y columns [P, 1+2C], (SSE, SST) totals, raw totals [C, 5], records)."""
+    for key in ("n", "sse", "sst", "corr"):
+        if key not in stats:
+            raise StatsError(f"{path}: no array {key!r}; expected n [P], sse [P], sst [P], corr [P, C, 5]")
+    n = stats["n"].astype(np.float64)
+    sse, sst, corr = stats["sse"].astype(np.float64), stats["sst"].astype(np.float64), stats["corr"].astype(np.float64)
+    p = n.shape[0]
+    if corr.ndim != 3 or corr.shape[0] != p or corr.shape[2] != 5 or sse.shape != (p,) or sst.shape != (p,):
+        raise StatsError(f"{path}: shapes n {n.shape}, sse {sse.shape}, sst {sst.shape}, corr {corr.shape} "
+                         f"do not fit n [P], sse [P], sst [P], corr [P, C, 5]")
+    if n_patients is not None and p != n_patients:
+        raise StatsError(f"{path}: {p} patients, other cells have {n_patients}; every cell must use the same "
+                         f"sorted test patients (rerun the cell's evaluation)")
+    if n_concepts is not None and corr.shape[1] != n_concepts:
+        raise StatsError(f"{path}: {corr.shape[1]} concepts, metrics.json lists {n_concepts}")
+    if not (np.all(np.isfinite(corr)) and np.all(np.isfinite(sse)) and np.all(np.isfinite(sst))):
+        raise StatsError(f"{path}: non-finite sufficient statistics; the cell's evaluation diverged - rerun it")
+    tot = corr.sum(axis=0)  # [C, 5]
+    big_n = n.sum()
+    sa, sy, saa, syy, say = (corr[:, :, i] for i in range(5))
+    ma, my = tot[:, 0] / big_n, tot[:, 1] / big_n
+    va = np.maximum(tot[:, 2] / big_n - ma**2, 0.0)
+    vy = np.maximum(tot[:, 3] / big_n - my**2, 0.0)
+    const_a = centered_sum_of_squares(big_n, tot[:, 0], tot[:, 2]) == 0  # the one zero-variance rule
+    const_y = centered_sum_of_squares(big_n, tot[:, 1], tot[:, 3]) == 0
+    sda = np.where(const_a, 1.0, np.sqrt(va))
+    sdy = np.where(const_y, 1.0, np.sqrt(vy))
+    nn = n[:, None]
+    a_c = (sa - nn * ma) / sda
+    aa_c = (saa - 2 * ma * sa + nn * ma**2) / sda**2
+    y_c = (sy - nn * my) / sdy
+    yy_c = (syy - 2 * my * sy + nn * my**2) / sdy**2
+    ay_c = (say - my * sa - ma * sy + nn * ma * my) / (sda * sdy)
+    a_c[:, const_a] = aa_c[:, const_a] = 0.0
+    ay_c[:, const_a | const_y] = 0.0
+    y_c[:, const_y] = yy_c[:, const_y] = 0.0
+    sst_tot = sst.sum()
+    if not sst_tot > 0:
+        raise StatsError(f"{path}: total SST is {sst_tot}; the test activations are constant")
+    cell_cols = np.concatenate([(sse / sst_tot)[:, None], (sst / sst_tot)[:, None], a_c, aa_c, ay_c], axis=1)
+    y_cols = np.concatenate([n[:, None], y_c, yy_c], axis=1)
+    return cell_cols, y_cols, np.array([sse.sum(), sst_tot]), tot, big_n
+
+
+def load_packed_stats(paths: Sequence[Path], cell_ids: Sequence[str], n_concepts: int, threshold: float,
+                      cells_per_block: int = 64, put: bool = False, dtype: type = np.float64) -> PatientStats:
+    """Read every cell's patient_stats.npz, one cell at a time, into packed column blocks (see pack_patient_stats).
+
+(Not raybench.sae.cellio.load_patient_stats, which reads one cell's file as it is.)"""
+    if len(paths) != len(cell_ids) or not paths:
+        raise StatsError(f"need one patient_stats path per cell, got {len(paths)} paths for {len(cell_ids)} cells")
+    items = ((Path(p), _read_npz(Path(p))) for p in paths)
+    return pack_patient_stats(items, cell_ids, n_concepts, threshold, cells_per_block, put, dtype)
+
+
+def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]], cell_ids: Sequence[str],
+                       n_concepts: int, threshold: float, cells_per_block: int = 64, put: bool = False,
+                       dtype: type = np.float64) -> PatientStats:
+    """Pack (label, {n, sse, sst, corr}) per cell, consumed one at a time, into centred column blocks.
+
+    dtype float32 halves memory and roughly doubles GEMM speed at ~1e-6 error in r (float64: exact).
+
+    put=True moves each finished block into the Ray object store at once (the driver keeps only a
+    reference), so peak driver memory is one block, not the whole packed matrix.
+    """
+    n_cells = len(cell_ids)
+    width = CELL_FIXED + 3 * n_concepts
+    groups: dict[str, int] = {}
+    y_parts: list[np.ndarray] = []
+    cell_group = np.zeros(n_cells, dtype=np.int64)
+    point = np.zeros((n_cells, 3))
+    point_r = np.zeros((n_cells, n_concepts))
+    blocks: list = []
+    sizes: list[int] = []
+    current: np.ndarray | None = None
+    n_patients: int | None = None
+    active: np.ndarray | None = None
+    i = -1
+    for i, (label, raw) in enumerate(items):
+        if i >= n_cells:
+            raise StatsError(f"more statistics than cell ids ({n_cells})")
+        cell_cols, y_cols, fid, tot, big_n = _center_cell(raw, Path(label), n_concepts, n_patients)
+        n_patients = cell_cols.shape[0]
+        active = (y_cols[:, 0] > 0) if active is None else (active | (y_cols[:, 0] > 0))
+        key = hashlib.sha256(np.ascontiguousarray(y_cols).tobytes()).hexdigest()
+        if key not in groups:
+            groups[key] = len(y_parts)
+            y_parts.append(y_cols)
+        cell_group[i] = groups[key]
+        r = pearson_from_sums(big_n, *(tot[:, j] for j in range(5)))
+        point_r[i] = r
+        point[i] = (1.0 - fid[0] / fid[1], np.mean(np.abs(r)), np.mean(np.abs(r) >= threshold))
+        j = i % cells_per_block
+        if j == 0:
+            sizes.append(min(cells_per_block, n_cells - i))
+            current = np.empty((n_patients, sizes[-1] * width), dtype=dtype)
+        current[:, j * width:(j + 1) * width] = cell_cols
+        if j == sizes[-1] - 1:
+            blocks.append(ray.put(current) if put else current)
+            current = None
+    if i + 1 != n_cells:
+        raise StatsError(f"statistics for {i + 1} cells, expected {n_cells}")
+    return PatientStats(tuple(cell_ids), int(n_patients), n_concepts, np.concatenate(y_parts, axis=1), blocks,
+                        sizes, cell_group, point, point_r, threshold, active)
+
+
+def metrics_from_weighted(yw: np.ndarray, cw: np.ndarray, cell_group: np.ndarray, n_concepts: int,
+                          threshold: float, rtol: float = CONSTANT_RTOL) -> np.ndarray:
+    """Weighted sums -> [draws, cells, 3] (R^2, accessibility, coverage).
+
+    yw [D, G*(1+2C)] and cw [D, nb*(2+3C)] are the draw-weighted column sums of PatientStats' matrices
+    (centred, so the zero-variance rule of raybench.sufficient_stats applies to them as to raw sums; pass
+    rtol=CONSTANT_RTOL_F32 for float32-packed statistics).
+    """
+    c = n_concepts
+    d = cw.shape[0]
+    cw = np.asarray(cw, dtype=np.float64).reshape(d, -1, CELL_FIXED + 3 * c)
+    yw = np.asarray(yw, dtype=np.float64).reshape(d, -1, 1 + 2 * c)
+    groups = np.unique(cell_group)
+    yw = yw[:, groups[:1]] if groups.size == 1 else yw[:, cell_group]  # one shared block: broadcast, no gather
+    n, sy, syy = yw[:, :, :1], yw[:, :, 1:1 + c], yw[:, :, 1 + c:]
+    sa, saa, say = cw[:, :, 2:2 + c], cw[:, :, 2 + c:2 + 2 * c], cw[:, :, 2 + 2 * c:]
+    absr = np.abs(pearson_from_sums(n, sa, sy, saa, syy, say, rtol))
+    out = np.empty((d, cw.shape[1], 3))
+    out[:, :, 0] = 1.0 - cw[:, :, 0] / cw[:, :, 1]
+    out[:, :, 1] = absr.mean(axis=-1)
+    out[:, :, 2] = (absr >= threshold).mean(axis=-1)
+    return out

@@ -1,0 +1,130 @@
+"""Gradient kernels of the sparse training step (raybench.sae.step): work on the code's non-zeros only.
+
+A BatchTopK code has B*k non-zeros (plus the AuxK entries), so the decoder forward, every decoder/encoder
+gradient and the parallel-gradient projection are computed from those entries (SDDMM + embedding_bag
+kernels) instead of dense [B, N] matrices. Each function adds into the per-SAE row gradients it is given.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+# AuxK entries are B * min(aux_k, n_dead) scattered (sample, dead latent) pairs. While the dead
+# latents they touch are few, five small dense GEMMs over just those latents beat per-entry
+# gathers (each decoder row is read once, not once per sample); beyond ~16 * aux_k touched latents
+# the per-entry kernels win (measured on the 2-core box at E = 32: bench/sae_train.py).
+AUX_BLOCK_MAX_RATIO = 16
+
+
+class EntryGrads(NamedTuple):
+    """What the gradients of a set of code entries touched."""
+
+    touched: torch.Tensor
+    """[u] the latents (decoder/encoder rows) whose gradients were added to, ascending."""
+    dxc: torch.Tensor
+    """[B, d] dL/dxc, the gradient reaching the centred input xc = x - b_dec."""
+
+
+class AuxGrads(NamedTuple):
+    """The AuxK term's gradients (scaled by its coefficient) and value."""
+
+    touched: torch.Tensor
+    """[u] the dead latents whose rows were added to."""
+    dxc: torch.Tensor
+    """[B, d] dL/dxc of the AuxK term."""
+    loss: torch.Tensor
+    """() the AuxK value before aux_coef: MSE of the dead latents' reconstruction of the residual."""
+
+
+def project_rows(gwd: torch.Tensor, w_dec: torch.Tensor, cdot: torch.Tensor, touched: torch.Tensor) -> None:
+    """gwd_j -= <gwd_j, w_j> w_j (w_j unit), with the dot products `cdot` already summed from the code entries
+    (<sum_b z_bj g_b, w_j> = sum_b z_bj <g_b, w_j>, and <g_b, w_j> is the SDDMM value): no [N, d] dot pass.
+    Only `touched` rows are non-zero; when most rows are touched one fused pass beats gather + scatter.
+    """
+    if touched.numel() * 4 < gwd.shape[0]:
+        gwd.index_add_(0, touched, w_dec.index_select(0, touched) * cdot.index_select(0, touched).unsqueeze(1),
+                       alpha=-1.0)
+    else:
+        gwd.addcmul_(cdot.unsqueeze(1), w_dec, value=-1.0)
+
+
+def entry_grads(crow: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, gup: torch.Tensor,
+                w_dec: torch.Tensor, w_enc: torch.Tensor, xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor,
+                gbe: torch.Tensor, cdot: torch.Tensor) -> EntryGrads:
+    """Gradients from code entries (row-major, CSR `crow`) whose reconstruction gets upstream grad `gup` [B, d].
+
+    Adds into the decoder/encoder row grads and b_enc grad, and <dL/dw_j, w_j> into `cdot`.
+    """
+    b, n = gup.shape[0], w_dec.shape[0]
+    with warnings.catch_warnings():  # "CSR support is in beta": used here only as the SDDMM pattern
+        warnings.simplefilter("ignore")
+        mask = torch.sparse_csr_tensor(crow, cols, vals, (b, n), check_invariants=False)  # built sorted
+    dz = torch.sparse.sampled_addmm(mask, gup, w_dec.T, beta=0.0).values()  # <gup[b], w_dec[j]> per entry
+    dpre = dz * (vals > 0)  # ReLU gate
+    cdot.index_add_(0, cols, dz * vals)
+    corder = torch.argsort(cols)
+    cs = cols.index_select(0, corder)
+    uniq, counts = torch.unique_consecutive(cs, return_counts=True)
+    coffs = torch.cumsum(counts, 0) - counts
+    r = rows.index_select(0, corder)
+    gwd.index_add_(0, uniq, F.embedding_bag(r, gup, coffs, mode="sum",
+                                            per_sample_weights=vals.index_select(0, corder)))
+    gwe.index_add_(0, uniq, F.embedding_bag(r, xc, coffs, mode="sum",
+                                            per_sample_weights=dpre.index_select(0, corder)))
+    gbe.index_add_(0, cols, dpre)
+    dxc = F.embedding_bag(cols, w_enc, crow[:-1], mode="sum", per_sample_weights=dpre)
+    return EntryGrads(uniq, dxc)
+
+
+def _aux_entries(p: torch.Tensor, dead: torch.Tensor, aux_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per sample, the top-aux_k dead pre-activations of p [B, N]: (rows, cols, values), row-major."""
+    b = p.shape[0]
+    dead_idx = dead.nonzero().squeeze(1)
+    kx = min(aux_k, dead_idx.numel())
+    pd = p.index_select(1, dead_idx)
+    if kx < dead_idx.numel():
+        vals, pos = pd.topk(kx, dim=1, sorted=False)
+        cols = dead_idx[pos]
+    else:
+        vals, cols = pd, dead_idx.expand(b, kx)
+    rows = torch.arange(b, device=p.device).repeat_interleave(kx)
+    return rows, cols.reshape(-1), vals.reshape(-1)
+
+
+def aux_grads(p: torch.Tensor, dead: torch.Tensor, aux_k: int, coef: float, e: torch.Tensor, w_dec: torch.Tensor,
+              w_enc: torch.Tensor, xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor,
+              gbe: torch.Tensor, cdot: torch.Tensor) -> AuxGrads:
+    """AuxK: per sample the top-aux_k dead pre-activations reconstruct the residual x - x_hat (detached).
+
+    Adds its gradients (scaled by `coef`) into the row grads and `cdot`.
+    """
+    b, d = e.shape
+    rows, cols, vals = _aux_entries(p, dead, aux_k)
+    kx = cols.numel() // b
+    uniq = torch.unique(cols)
+    if uniq.numel() <= AUX_BLOCK_MAX_RATIO * kx:
+        z = torch.zeros(b, uniq.numel(), device=p.device, dtype=p.dtype)
+        z[rows, torch.searchsorted(uniq, cols.contiguous())] = vals
+        wu, weu = F.embedding(uniq, w_dec), F.embedding(uniq, w_enc)
+        ea = z @ wu + e  # aux recon - (x - x_hat)
+        ga = ea * (2.0 * coef / (b * d))
+        dz = ga @ wu.T
+        dpre = dz * (z > 0)
+        cdot.index_add_(0, uniq, (dz * z).sum(dim=0))
+        gwd.index_add_(0, uniq, z.T @ ga)
+        gwe.index_add_(0, uniq, dpre.T @ xc)
+        gbe.index_add_(0, uniq, dpre.sum(dim=0))
+        return AuxGrads(uniq, dpre @ weu, ea.square().mean())
+    cols2 = cols.view(b, kx)
+    cols2, o = cols2.sort(dim=1)  # CSR wants sorted columns within a row
+    vals = vals.view(b, kx).gather(1, o).reshape(-1)
+    cols = cols2.reshape(-1)
+    crow = torch.arange(b + 1, device=p.device) * kx
+    ea = F.embedding_bag(cols, w_dec, crow[:-1], mode="sum", per_sample_weights=vals) + e
+    ga = ea * (2.0 * coef / (b * d))
+    touched, dxc = entry_grads(crow, rows, cols, vals, ga, w_dec, w_enc, xc, gwd, gwe, gbe, cdot)
+    return AuxGrads(touched, dxc, ea.square().mean())

@@ -1,0 +1,181 @@
+"""One optimisation step of a stack of BatchTopK SAEs (docs/protocol.md §6.3-§6.5), two implementations.
+
+"dense" is plain autograd on the dense [B, N] code (the reference); "sparse" uses that the code has only
+B*k non-zeros (plus the AuxK entries) and computes the decoder forward, all decoder/encoder gradients and
+the parallel-gradient projection on those entries only (raybench.sae.sparse_grads); the only O(N d) work
+left is the encoder GEMM, Adam and the decoder renormalisation. Optional gradient-norm clipping is per SAE,
+over W_enc, b_enc, W_dec and b_dec jointly, on the gradient before the decoder projection, with
+torch.nn.utils.clip_grad_norm_'s arithmetic (coef = max_norm / (norm + 1e-6), capped at 1).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk
+from raybench.sae.sparse_grads import aux_grads, entry_grads, project_rows
+
+# "auto" picks the dense reference when codes are denser than 1/32 (e.g. E = 1 with k = d/8): there the
+# dense GEMMs are cheap and the sparse path's per-entry bookkeeping does not pay (bench/sae_train.py).
+AUTO_DENSE_ABOVE = 32
+IMPLEMENTATIONS = ("sparse", "dense", "auto")
+
+
+class StepLoss(NamedTuple):
+    """The loss terms of one step, per SAE of the stack."""
+
+    mse: torch.Tensor
+    """[S] reconstruction MSE (normalized space, mean over batch x d)."""
+    aux: torch.Tensor
+    """[S] AuxK term before aux_coef (0 while no latent is dead)."""
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """Per row (SAE) of each [S, *] gradient: the 2-norm of the per-tensor 2-norms (clip_grad_norm_'s total norm)."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, dim=1) for g in grads]), dim=0)
+
+
+def clip_coef(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6), capped at 1."""
+    return torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+
+
+class Stepper:
+    """One optimisation step for the whole stack; holds Adam and the dead counters."""
+
+    def __init__(self, sae: StackedBatchTopKSAE, cfgs: list[SAECellConfig], implementation: str):
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be 'sparse', 'dense' or 'auto', got {implementation!r}")
+        if implementation == "auto":
+            implementation = "dense" if sae.k * AUTO_DENSE_ABOVE > sae.n_latents else "sparse"
+        self.sae, self.cfgs, self.impl = sae, cfgs, implementation
+        c = cfgs[0]
+        dev = sae.W_enc.device
+        self.params = [sae.W_enc, sae.b_enc, sae.W_dec_t, sae.b_dec]
+        # Adam is elementwise, so one optimizer over the stacked tensors equals S separate ones
+        # (all stacked SAEs share lr and betas: checked in train_stack).
+        fused = dev.type in ("cpu", "cuda")
+        self.opt = torch.optim.Adam(self.params, lr=c.lr, betas=(c.beta1, c.beta2), fused=fused)
+        self.dead_counter = torch.zeros(sae.n_saes, sae.n_latents, dtype=torch.long, device=dev)
+        self.aux_k = [cf.aux_k for cf in cfgs]
+        self.aux_coef = [cf.aux_coef for cf in cfgs]
+        self.dead_after = [cf.dead_after_batches for cf in cfgs]
+        self.grad_clip = c.grad_clip  # shared by the stack (checked in train_stack)
+        self.last_grad_norm: torch.Tensor | None = None  # [S] pre-clip total norm of the last step (clipping only)
+        if implementation == "sparse":
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
+
+    def _update_dead(self, i: int, fired_cols: torch.Tensor) -> torch.Tensor:
+        fired = torch.zeros(self.sae.n_latents, dtype=torch.bool, device=fired_cols.device)
+        fired[fired_cols] = True
+        cnt = self.dead_counter[i]
+        cnt.add_(1).masked_fill_(fired, 0)
+        return cnt >= self.dead_after[i]
+
+    def step(self, xb: torch.Tensor, renormalize: bool = False) -> StepLoss:
+        """One step. `renormalize`: as the published loop, re-normalise W_dec after the backward pass and project
+        the decoder gradient on the re-normalised columns. The published loop does that every step, but after a
+        step W_dec is unit to working precision, so it matters only on a run's first step (the float32 init's
+        column norms are 1 +- 6e-8): train_stack asks for it there only.
+        """
+        loss = self._sparse(xb, renormalize) if self.impl == "sparse" else self._dense(xb, renormalize)
+        self.opt.step()
+        self.sae.normalize_decoder_()
+        return loss
+
+    # ------------------------------------------------------------ dense reference (autograd)
+    def _dense(self, xb: torch.Tensor, renormalize: bool = False) -> StepLoss:
+        sae = self.sae
+        s_n, b, _ = xb.shape
+        self.opt.zero_grad(set_to_none=True)
+        p = sae.pre_activations(xb)
+        flat = p.reshape(s_n, -1)
+        vals, idx = flat.topk(min(b * sae.k, flat.shape[1]), dim=1, sorted=False)
+        z = torch.zeros_like(flat).scatter(1, idx, vals).view_as(p)
+        x_hat = torch.bmm(z, sae.W_dec_t) + sae.b_dec.unsqueeze(1)
+        mse = (x_hat - xb).square().mean(dim=(1, 2))
+        auxs = []
+        for i in range(s_n):
+            with torch.no_grad():
+                dead = self._update_dead(i, (z[i] > 0).any(dim=0).nonzero().squeeze(1))
+            if not bool(dead.any()):
+                auxs.append(mse.new_zeros(()))
+                continue
+            pd = p[i][:, dead]
+            kx = min(self.aux_k[i], pd.shape[1])
+            v, pos = pd.topk(kx, dim=1)
+            zd = torch.zeros_like(pd).scatter(1, pos, v)
+            recon = zd @ sae.W_dec_t[i][dead]
+            resid = (xb[i] - x_hat[i]).detach()
+            auxs.append((recon - resid).square().mean())
+        aux = torch.stack(auxs)
+        loss = (mse + torch.tensor(self.aux_coef, device=xb.device) * aux).sum()
+        loss.backward()
+        with torch.no_grad():
+            if self.grad_clip is not None:  # as published: clip first, then project the decoder gradient
+                grads = [p.grad for p in self.params]
+                self.last_grad_norm = total_norm([g_.reshape(s_n, -1) for g_ in grads])
+                coef = clip_coef(self.last_grad_norm, self.grad_clip)
+                for g_ in grads:
+                    g_.mul_(coef.view(-1, *([1] * (g_.dim() - 1))))
+            g, w = sae.W_dec_t.grad, sae.W_dec_t
+            if renormalize:
+                sae.normalize_decoder_()
+            g.sub_((g * w).sum(dim=2, keepdim=True) * w)
+        return StepLoss(mse.detach(), aux.detach())
+
+    # ------------------------------------------------------------ sparse path (manual gradients)
+    @torch.no_grad()
+    def _sparse(self, xb: torch.Tensor, renormalize: bool = False) -> StepLoss:
+        sae = self.sae
+        s_n, b, d = xb.shape
+        n = sae.n_latents
+        xc = xb - sae.b_dec.unsqueeze(1)
+        p = torch.relu(torch.baddbmm(sae.b_enc.unsqueeze(1), xc, sae.W_enc.transpose(1, 2)))
+        vals_all, flat_all = batch_topk(p, sae.k)
+        mse_out, aux_out = xb.new_zeros(s_n), xb.new_zeros(s_n)
+        g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
+        g_be.zero_()
+        if self.grad_clip is not None:
+            self.last_grad_norm = xb.new_zeros(s_n)
+        for i in range(s_n):
+            w_enc, w_dec, gwe, gwd = sae.W_enc[i], sae.W_dec_t[i], g_we[i], g_wd[i]
+            gwe.zero_()  # a memset beats re-zeroing last step's rows by index
+            gwd.zero_()
+            flat, order = torch.sort(flat_all[i])  # row-major: CSR order
+            vals = vals_all[i].index_select(0, order)
+            rows = torch.div(flat, n, rounding_mode="floor")
+            cols = flat - rows * n
+            crow = torch.searchsorted(rows, torch.arange(b + 1, device=xb.device))
+            x_hat = F.embedding_bag(cols, w_dec, crow[:-1], mode="sum", per_sample_weights=vals) + sae.b_dec[i]
+            e = x_hat - xb[i]
+            mse_out[i] = e.square().mean()
+            g = e * (2.0 / (b * d))
+            dead = self._update_dead(i, cols[vals > 0])
+            cdot = xb.new_zeros(n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
+            ua, dxc = entry_grads(crow, rows, cols, vals, g, w_dec, w_enc, xc[i], gwd, gwe, g_be[i], cdot)
+            touched = [ua]
+            if bool(dead.any()):
+                ux, dxc_x, aux_out[i] = aux_grads(p[i], dead, self.aux_k[i], self.aux_coef[i], e, w_dec, w_enc,
+                                                  xc[i], gwd, gwe, g_be[i], cdot)
+                dxc = dxc + dxc_x
+                touched.append(ux)
+            g_bd[i] = g.sum(dim=0) - dxc.sum(dim=0)
+            if self.grad_clip is not None:  # the norm of the unprojected gradient, as published
+                norm = total_norm([t.reshape(1, -1) for t in (gwe, g_be[i], gwd, g_bd[i])])
+                self.last_grad_norm[i] = norm[0]
+            if renormalize:  # project on w_j / |w_j|: <g, w_j> w_j / |w_j|^2
+                cdot.div_(w_dec.norm(dim=1).clamp_min(1e-8).square())
+            project_rows(gwd, w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1 else ua)
+            if self.grad_clip is not None:  # scaling commutes with the (linear) projection
+                coef = clip_coef(norm, self.grad_clip)
+                if bool(coef[0] < 1.0):
+                    for t in (gwe, g_be[i], gwd, g_bd[i]):
+                        t.mul_(coef[0])
+        if renormalize:
+            sae.normalize_decoder_()
+        return StepLoss(mse_out, aux_out)
