@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from raybench.config import (
@@ -77,9 +79,39 @@ def test_sensitivity_depth_must_be_a_grid_depth():
 
 def test_config_hash_ignores_speed_knobs():
     a = RunConfig()
-    from dataclasses import replace
-
     b = replace(a, run_dir="elsewhere", encoders=replace(a.encoders, batch_size=7))
     assert a.config_hash() == b.config_hash()
     c = replace(a, protocol=replace(a.protocol, sae=replace(a.protocol.sae, steps=10)))
     assert a.config_hash() != c.config_hash()
+
+
+def test_every_fixed_choice_is_checked_from_its_literal(tmp_path):
+    """Each Literal-typed field rejects a value outside its declared choices, in validate() and in YAML."""
+    import typing
+    from dataclasses import fields, is_dataclass
+
+    from raybench.protocol import literal_choices
+
+    cfg = RunConfig()
+    sections = {f"protocol.{f.name}": (f.name, getattr(cfg.protocol, f.name)) for f in fields(cfg.protocol)
+                if is_dataclass(getattr(cfg.protocol, f.name))}
+    sections |= {f.name: (f.name, getattr(cfg, f.name)) for f in fields(cfg)
+                 if f.name != "protocol" and is_dataclass(getattr(cfg, f.name))}
+    checked = []
+    for key, (name, section) in sections.items():
+        hints = typing.get_type_hints(type(section))
+        for f in fields(section):
+            allowed = literal_choices(hints[f.name])
+            if allowed is None:
+                continue
+            assert getattr(section, f.name) in allowed
+            with pytest.raises(ConfigError, match=rf"{name}\.{f.name} must be one of"):
+                replace(section, **{f.name: "bogus"}).validate()
+            head, _, tail = key.partition(".")
+            body = f"{head}:\n  {tail}:\n    {f.name}: bogus\n" if tail else f"{head}:\n  {f.name}: bogus\n"
+            (tmp_path / "cfg.yaml").write_text(body)
+            with pytest.raises(ConfigError, match=rf"{key}\.{f.name} must be one of"):
+                load_run_config(tmp_path / "cfg.yaml")
+            checked.append(f"{name}.{f.name}")
+    assert {"sae.sampler", "eval.missing_concepts", "inference.stream", "cohort.kind", "cohort.sampling_rate",
+            "encoders.profile", "encoders.size", "resources.trial_unit"} <= set(checked)

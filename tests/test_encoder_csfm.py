@@ -138,9 +138,12 @@ def test_forward_matches_reference_on_loaded_weights(ckpt):
         torch.testing.assert_close(o, r, atol=2e-4, rtol=1e-4)
     model.profile = "published"  # mean over all tokens incl. CLS
     torch.testing.assert_close(model.layer_states(x), torch.stack([h.mean(1) for h in ref]), atol=2e-4, rtol=1e-4)
-    model.profile = "native"  # mean over the ECG patch tokens only
-    torch.testing.assert_close(model.layer_states(x), torch.stack([h[:, 1:].mean(1) for h in ref]),
-                               atol=2e-4, rtol=1e-4)
+    # native: upstream's representation rule (pool='cls'): the CLS token, the last one after the final norm.
+    # (Before issue 12 this expected the mean over the ECG patch tokens, a rule upstream never applies.)
+    model.profile = "native"
+    cls = [h[:, 0] for h in ref]
+    cls[-1] = F.layer_norm(cls[-1], (csfm.DEMO.dim,), sd["transformer.norm.weight"], sd["transformer.norm.bias"])
+    torch.testing.assert_close(model.layer_states(x), torch.stack(cls), atol=2e-4, rtol=1e-4)
 
 
 def test_renamed_key_is_named_in_the_error(ckpt, tmp_path):
@@ -188,6 +191,51 @@ def test_preprocess_shapes_and_normalisation():
     low = np.abs(np.fft.rfft(native.preprocess(rec, 500)[0]))[:3].sum()
     assert low < 0.2 * np.abs(np.fft.rfft(published.preprocess(rec, 500)[0]))[:3].sum()
     assert np.isfinite(native.preprocess(np.zeros((12, 5000), np.float32), 500)).all()  # flat leads
+
+
+def test_named_extra_groups_are_dropped_and_reported(ckpt, tmp_path):
+    """Upstream loads with strict=False; raybench drops only the named groups (head, dense head, decoder)."""
+    _, state = ckpt
+    extra = {"encoder.dense_head.0.weight": torch.zeros(2, 3), "encoder.dense_scratch.layer1_rn.weight": torch.zeros(1),
+             "decoder_pos_embedding": torch.zeros(1, 4, 8), "mask_token": torch.zeros(1, 1, 8)}
+    path = tmp_path / "pretrain.pth"
+    torch.save(state | extra, path)
+    loaded = make(checkpoint=str(path)).state_dict()
+    torch.testing.assert_close(loaded["cls_token"], state["encoder.cls_token"], rtol=0, atol=0)
+    report = csfm.inspect_checkpoint(str(path), size="demo")
+    assert report["dropped"] == {
+        "decoder": ["decoder.proj.weight", "decoder_pos_embedding", "mask_token"],
+        "dense_head": ["encoder.dense_head.0.weight", "encoder.dense_scratch.layer1_rn.weight"],
+        "mlp_head": ["encoder.mlp_head.bias", "encoder.mlp_head.weight"]}
+    assert report["missing"] == report["extra"] == report["shape_mismatch"] == []
+    assert report["n_params"] == report["n_params_model"] == sum(v.numel() for v in loaded.values())
+    assert report["published_params"] == csfm.UPSTREAM_TINY_PARAMS and report["variant"].startswith("not an upstream")
+
+
+def test_unexpected_keys_are_refused_and_listed(ckpt, tmp_path):
+    _, state = ckpt
+    unknown = {"encoder.adapter.weight": torch.zeros(3), "projector.weight": torch.zeros(2, 2),
+               "logit_scale": torch.zeros(())}
+    path = tmp_path / "other.pth"
+    torch.save(state | unknown, path)
+    with pytest.raises(CheckpointError) as err:
+        make(checkpoint=str(path))
+    assert all(k in str(err.value) for k in unknown) and "missing []" in str(err.value)
+    report = csfm.inspect_checkpoint(str(path), size="demo")  # inspect reports instead of failing
+    assert report["extra"] == sorted(unknown) and report["missing"] == []
+    assert len(report["loaded"]) == len(make().state_dict())
+
+
+def test_other_upstream_variant_is_named(tmp_path):
+    """A CSFM-Base file (12 x 768, mlp 3072) is refused with its name, not a flood of shape errors."""
+    base = {"encoder.cls_token": torch.zeros(1, 1, 768), "encoder.transformer.layers.0.0.to_qkv.weight":
+            torch.zeros(3 * 768, 1), "encoder.transformer.layers.0.1.net.1.weight": torch.zeros(3072, 1),
+            "encoder.transformer.layers.11.0.norm.weight": torch.zeros(1)}
+    path = tmp_path / "CSFM_base.pth"
+    torch.save(base, path)
+    with pytest.raises(CheckpointError, match="CSFM-Base"):
+        make(checkpoint=str(path))
+    assert csfm.inspect_checkpoint(str(path), size="demo")["variant"] == "CSFM-Base"
 
 
 @pytest.mark.slow

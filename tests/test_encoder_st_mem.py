@@ -132,6 +132,9 @@ def test_forward_matches_reference_on_loaded_weights(ckpt):
     torch.testing.assert_close(model.layer_states(x), torch.stack([h.mean(1) for h in ref]), atol=2e-4, rtol=1e-4)
     model.profile = "native"  # upstream's own pooling: drop the two SEP tokens of every lead
     patch_only = [h.reshape(2, 12, n + 2, -1)[:, :, 1:-1].mean(dim=(1, 2)) for h in ref]
+    # the last one through the final norm, applied to the pooled vector as `forward_encoding` does
+    # (before issue 12 the last native layer was the pre-norm mean)
+    patch_only[-1] = F.layer_norm(patch_only[-1], (st_mem.DEMO.dim,), state["norm.weight"], state["norm.bias"])
     torch.testing.assert_close(model.layer_states(x), torch.stack(patch_only), atol=2e-4, rtol=1e-4)
 
 

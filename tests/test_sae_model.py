@@ -36,6 +36,18 @@ def test_cell_config_from_protocol():
         SAECellConfig.from_protocol(sae, d=8, n_latents=8, k=9, seed=1).validate()
 
 
+def test_cell_config_takes_every_field_it_shares_with_the_protocol():
+    """A field added to both SAEProtocol and SAECellConfig reaches the cell without touching from_protocol."""
+    import dataclasses
+
+    shared = {f.name for f in dataclasses.fields(SAEProtocol)} & {f.name for f in dataclasses.fields(SAECellConfig)}
+    assert shared >= {"steps", "batch_size", "lr", "sampler", "grad_clip", "std_floor"}
+    sae = SAEProtocol(steps=7, batch_size=9, lr=1e-3, beta1=0.5, beta2=0.6, aux_k=3, aux_coef=0.5,
+                      dead_after_batches=2, std_floor=1e-3, sampler="epoch", grad_clip=2.0)
+    c = SAECellConfig.from_protocol(sae, d=8, n_latents=16, k=2, seed=1)
+    assert {name: getattr(c, name) for name in shared} == {name: getattr(sae, name) for name in shared}
+
+
 def test_normalizer_zscores_with_floor():
     rng = np.random.default_rng(0)
     x = rng.normal(3.0, 2.0, size=(500, 4)).astype(np.float32)

@@ -63,6 +63,25 @@ def test_roundtrip_layout_and_index(tmp_path):
         store.load("m", 2, "holdout")
 
 
+def test_the_store_answers_which_models_and_layers_it_holds(tmp_path):
+    from raybench.config import ModelDims
+
+    store = ActivationStore(tmp_path / "activations")
+    assert store.models() == [] and store.layers("m") == [] and store.model_dims() == {}
+    _write(store, "m", layer=3, d=8)
+    _write(store, "m", layer=0, d=8)
+    _write(store, "other", layer=1, d=6)
+    (store.model_dir("m") / "layer_05").mkdir()  # no index.json: not a store
+    (store.model_dir("m") / ".layer_02.123.abcd.tmp").mkdir()  # a writer's temp folder
+    (store.root / "empty").mkdir()
+    assert store.models() == ["m", "other"]
+    assert store.layers("m") == [0, 3] and store.layers("other") == [1]
+    assert store.model_dims() == {"m": ModelDims(n_layers=4, d=8), "other": ModelDims(n_layers=4, d=6)}
+    assert store.model_dims(["other"]) == {"other": ModelDims(n_layers=4, d=6)}
+    with pytest.raises(StoreError, match="no activation store for model 'empty'.*raybench encode"):
+        store.model_dims(["m", "empty"])
+
+
 def test_bytes_per_record_close_to_raw_float32(tmp_path):
     store = ActivationStore.for_run(tmp_path)
     final, _ = _write(store, d=768, capacity={"train": 300, "val": 60, "test": 60})

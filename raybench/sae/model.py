@@ -61,10 +61,6 @@ class SAECellConfig:
             raise ValueError(f"SAECellConfig.grad_clip must be > 0 or None, got {self.grad_clip}")
         return self
 
-    @property
-    def shape_key(self) -> tuple[int, int, int]:
-        return (self.d, self.n_latents, self.k)
-
 
 @dataclass(frozen=True)
 class Normalizer:

@@ -22,6 +22,8 @@ from raybench.sae.sampler import SAMPLER_CLASSES, BatchSampler
 from raybench.sae.step import Stepper
 
 STATE_VERSION = 1
+# what the SAEs of one stack must share (one batch loop); lr and betas too (one optimizer, checked in train_stack)
+STACK_SHARED = ("d", "n_latents", "k", "steps", "batch_size", "sampler", "grad_clip")
 
 
 @dataclass
@@ -42,9 +44,7 @@ def _check_cfgs(cfgs: list[SAECellConfig]) -> None:
         c.validate()
     first = cfgs[0]
     for c in cfgs[1:]:
-        same = ((c.shape_key, c.steps, c.batch_size, c.sampler, c.grad_clip)
-                == (first.shape_key, first.steps, first.batch_size, first.sampler, first.grad_clip))
-        if not same:
+        if any(getattr(c, name) != getattr(first, name) for name in STACK_SHARED):
             raise ValueError(f"stacked SAEs must share d, N, k, steps, batch_size, sampler and grad_clip: "
                              f"{first} vs {c}")
     if len({c.seed for c in cfgs}) != len(cfgs):

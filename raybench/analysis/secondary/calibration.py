@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from raybench.analysis.plotting import RC, error_bars, model_label, save_figure
 from raybench.analysis.secondary import SecondaryConfig
@@ -29,11 +28,12 @@ from raybench.analysis.secondary.estimators import (
     gather_columns,
     random_directions,
     rank_features,
+    sae_codes,
     single_coordinate_r,
 )
 from raybench.analysis.secondary.ridge import gram_stats, ridge_fit, ridge_predict, ridge_solve, topm_ridge_test_r
 from raybench.cohorts.panel import concept_families
-from raybench.config import EvalProtocol
+from raybench.config import EvalProtocol, Protocol
 from raybench.sufficient_stats import paired_corr
 
 log = logging.getLogger(__name__)
@@ -44,13 +44,6 @@ CONCEPT_COLUMNS = ["model", "q", "layer", "method", "unit", "concept", "family",
 def method_order(scfg: SecondaryConfig) -> list[str]:
     return ["dense_ridge", "sae_ridge", *[f"sae_top{m}" for m in scfg.top_m], "dense_single", "sae_single",
             "random_single"]
-
-
-def _codes(sae, normalizer, x: np.ndarray, eval_batch: int) -> sp.csr_matrix:  # noqa: ANN001
-    from raybench.sae.evaluate import encode_split
-
-    c = encode_split(sae, normalizer, x, eval_batch)
-    return sp.csr_matrix((c.vals, (c.rows, c.cols)), shape=(c.n, sae.n_latents))
 
 
 def ladder(acts: dict[str, np.ndarray], concepts: dict[str, np.ndarray], selection_idx: np.ndarray,
@@ -70,9 +63,9 @@ def ladder(acts: dict[str, np.ndarray], concepts: dict[str, np.ndarray], selecti
                                          y_te)
     r[("dense_single", -1)] = single_coordinate_r(xn["train"][sel], y_tr[sel], xn["test"], y_te)[1]
     for seed, sae, nrm in saes:
-        z_tr = _codes(sae, nrm, acts["train"], eval_batch)
-        z_sel = _codes(sae, nrm, acts["train"][sel], eval_batch)
-        z_te = _codes(sae, nrm, acts["test"], eval_batch)
+        z_tr = sae_codes(sae, nrm, acts["train"], eval_batch)
+        z_sel = sae_codes(sae, nrm, acts["train"][sel], eval_batch)
+        z_te = sae_codes(sae, nrm, acts["test"], eval_batch)
         stats = gram_stats(z_tr, y_tr)
         coef, icpt = ridge_solve(stats, scfg.ridge_alpha)
         r[("sae_ridge", seed)] = paired_corr(ridge_predict(z_te, coef, icpt), y_te)
@@ -216,7 +209,7 @@ def ladder_order(summary: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- driver + figure
 
-def run_calibration(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[str, pd.DataFrame]:  # noqa: ANN001
+def run_calibration(root: str | Path, protocol: Protocol, scfg: SecondaryConfig) -> dict[str, pd.DataFrame]:
     """One Ray task per model x depth over the E = calibration_expansion cells; writes tables and the figure."""
     import ray
 

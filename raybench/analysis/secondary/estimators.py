@@ -9,12 +9,17 @@ piece is checked against an independent formula in tests/test_secondary_estimato
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse as sp
 
 from raybench.analysis.streams import patient_draws
 from raybench.cohorts.waveforms import LEADS
 from raybench.sufficient_stats import paired_corr, pearson_from_parts, pearson_from_sums
+
+if TYPE_CHECKING:
+    from raybench.sae.model import Normalizer, StackedBatchTopKSAE
 
 Matrix = np.ndarray | sp.spmatrix
 
@@ -67,6 +72,14 @@ def random_directions(n_latents: int, d: int, seed: int) -> np.ndarray:
     w = np.random.default_rng(seed).normal(size=(n_latents, d)).astype(np.float32)
     w /= np.linalg.norm(w, axis=1, keepdims=True).clip(min=1e-8)
     return w
+
+
+def sae_codes(sae: StackedBatchTopKSAE, normalizer: Normalizer, x: np.ndarray, eval_batch: int) -> sp.csr_matrix:
+    """BatchTopK codes of one SAE on raw activations x [n, d], as evaluation computes them -> CSR [n, N]."""
+    from raybench.sae.evaluate import encode_split
+
+    c = encode_split(sae, normalizer, x, eval_batch)
+    return sp.csr_matrix((c.vals, (c.rows, c.cols)), shape=(c.n, sae.n_latents))
 
 
 def batch_topk_codes(xn: np.ndarray, directions: np.ndarray, k: int, batch: int) -> sp.csr_matrix:

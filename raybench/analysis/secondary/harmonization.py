@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -36,6 +37,10 @@ from raybench.analysis.secondary.estimators import (
 )
 from raybench.cohorts.panel import concept_families
 from raybench.sufficient_stats import patient_stats
+
+if TYPE_CHECKING:
+    from raybench.config import Protocol, RunConfig
+    from raybench.encoders.base import ECGEncoder, EncoderSpec
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +60,7 @@ CONCEPT_CONTRAST_COLUMNS = ["model", "protocol", "concept", "family", "delta", "
                             "n_draws", "q_value_bh"]
 
 
-def window_seconds(encoder, record_seconds: float) -> float:  # noqa: ANN001 - ECGEncoder
+def window_seconds(encoder: ECGEncoder, record_seconds: float) -> float:
     """The input window of an encoder in seconds (unknown plugin models: the whole record)."""
     explicit = getattr(encoder, "input_seconds", None)
     if explicit:
@@ -68,7 +73,7 @@ def window_seconds(encoder, record_seconds: float) -> float:  # noqa: ANN001 - E
     return found
 
 
-def harmonized_input(encoder, signal: np.ndarray, fs: float, protocol: str, window: float,  # noqa: ANN001
+def harmonized_input(encoder: ECGEncoder, signal: np.ndarray, fs: float, protocol: str, window: float,
                      canonical_samples: int) -> np.ndarray:
     """One record [12, T] at fs -> the encoder's native input under a harmonization protocol."""
     if protocol not in PROTOCOLS:
@@ -94,7 +99,7 @@ def read_signals(data_root: str, rows: list[dict]) -> list[np.ndarray]:
             for r in rows]
 
 
-def encode_model(spec, layer: int, chunks: list[list[np.ndarray]], fs: float, protocols: tuple[str, ...],  # noqa: ANN001
+def encode_model(spec: EncoderSpec, layer: int, chunks: list[list[np.ndarray]], fs: float, protocols: tuple[str, ...],
                  canonical_samples: int, batch: int, fingerprint: str) -> dict[str, np.ndarray]:
     """Final-layer states [n, d] of every record under each non-native protocol (one model, one process)."""
     import ray
@@ -204,7 +209,7 @@ def _subset(rng_seed: int, ids: np.ndarray, cap: int | None) -> np.ndarray:
     return np.sort(np.random.default_rng(rng_seed).choice(ids, size=cap, replace=False))
 
 
-def run_harmonization(root: str | Path, protocol, cfg, scfg: SecondaryConfig  # noqa: ANN001
+def run_harmonization(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg: SecondaryConfig
                       ) -> dict[str, pd.DataFrame]:
     """Re-encode the final layer under each protocol (cached), then write the harmonization tables + figure."""
     import ray

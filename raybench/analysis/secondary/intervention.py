@@ -21,11 +21,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from raybench.analysis.plotting import RC, model_label, save_figure
 from raybench.analysis.secondary import SecondaryConfig
-from raybench.analysis.secondary.estimators import bootstrap_counts, feature_concept_corr, gather_columns, rank_features
+from raybench.analysis.secondary.estimators import (
+    Matrix,
+    bootstrap_counts,
+    feature_concept_corr,
+    gather_columns,
+    rank_features,
+    sae_codes,
+)
 from raybench.analysis.secondary.matched_effect import (
     RECORD_METRICS,
     UnitIntervention,
@@ -36,7 +42,7 @@ from raybench.analysis.secondary.matched_effect import (
 )
 from raybench.analysis.secondary.ridge import ridge_readout
 from raybench.cohorts.panel import concept_families
-from raybench.config import EvalProtocol
+from raybench.config import EvalProtocol, Protocol
 from raybench.sufficient_stats import per_patient_sums
 
 log = logging.getLogger(__name__)
@@ -53,15 +59,8 @@ def candidate_subsets(n_latents: int, budget: int, count: int, seed: int) -> lis
             for r in range(count)]
 
 
-def _codes(sae, normalizer, x: np.ndarray, eval_batch: int) -> sp.csc_matrix:  # noqa: ANN001
-    from raybench.sae.evaluate import encode_split
-
-    c = encode_split(sae, normalizer, x, eval_batch)
-    return sp.csc_matrix((c.vals, (c.rows, c.cols)), shape=(c.n, sae.n_latents))
-
-
-def _unit(train, val, test, y_col: np.ndarray, basis: np.ndarray, coef: np.ndarray, cols: np.ndarray,  # noqa: ANN001
-          q: float) -> UnitIntervention:
+def _unit(train: Matrix, val: Matrix, test: Matrix, y_col: np.ndarray, basis: np.ndarray, coef: np.ndarray,
+          cols: np.ndarray, q: float) -> UnitIntervention:
     return centroid_intervention(gather_columns(train, cols), y_col, gather_columns(val, cols),
                                  gather_columns(test, cols), basis[cols], coef, cols, q)
 
@@ -105,8 +104,9 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     design_rows = []
     for si, (seed, cell_dir) in enumerate(cells):
         sae, nrm = load_cell_sae(cell_dir)
-        z = {s: _codes(sae, nrm, data.acts[s], eval_cfg.eval_batch) for s in ("train", "val", "test")}
-        z_sel = _codes(sae, nrm, data.acts["train"][sel], eval_cfg.eval_batch)
+        # column access (the clamped coordinates) is what the designs below do most: CSC
+        z = {s: sae_codes(sae, nrm, data.acts[s], eval_cfg.eval_batch).tocsc() for s in ("train", "val", "test")}
+        z_sel = sae_codes(sae, nrm, data.acts["train"][sel], eval_cfg.eval_batch)
         corr = feature_concept_corr(z_sel, y["train"][sel])
         basis = sae.W_dec_t[0].detach().cpu().numpy().astype(np.float64)  # [N, d]: decoder column j as row j
         for r, cand in enumerate(candidate_subsets(sae.n_latents, d, scfg.candidate_subsets, scfg.subset_seed)):
@@ -196,7 +196,7 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
             "intervention_concepts": concepts, "intervention_designs": pd.DataFrame(design_rows)}
 
 
-def run_intervention(root: str | Path, protocol, scfg: SecondaryConfig) -> dict[str, pd.DataFrame]:  # noqa: ANN001
+def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig) -> dict[str, pd.DataFrame]:
     """One Ray task per model at its final layer; BH across models per metric; tables + figure."""
     import ray
 

@@ -276,16 +276,25 @@ def geometry(state: dict[str, torch.Tensor]) -> tuple[int, int, int, int] | None
         return None
 
 
+def variant_name(found: tuple[int, int, int, int] | None) -> str:
+    if found is None:
+        return "unknown (encoder keys incomplete)"
+    if found in VARIANTS:
+        return f"CSFM-{VARIANTS[found]}"
+    return f"not an upstream variant (dim {found[0]}, {found[1]} layers, inner {found[2]}, mlp {found[3]})"
+
+
 HINT = ("Check that the file is the published CSFM-Tiny .pth; known extra groups "
         f"({', '.join(EXTRA_GROUPS)}) are dropped by name, any other key is refused.")
 
 
 def check_variant(model: CSFMEncoder, state: dict[str, torch.Tensor], source: str) -> None:
+    """A checkpoint of another upstream variant (Base, Large) gets its name; other mismatches are left to the
+    key report, which names the keys."""
     found = geometry(state)
-    if found is not None and found != model.cfg.geometry:
-        name = VARIANTS.get(found, "an unknown variant")
-        raise CheckpointError(f"{source}: this is CSFM-{name} (dim {found[0]}, {found[1]} layers, inner "
-                              f"{found[2]}, mlp {found[3]}); the adapter at this size expects dim {model.d}, "
+    if found is not None and found != model.cfg.geometry and found in VARIANTS:
+        raise CheckpointError(f"{source}: this is CSFM-{VARIANTS[found]} (dim {found[0]}, {found[1]} layers, "
+                              f"inner {found[2]}, mlp {found[3]}); the adapter at this size expects dim {model.d}, "
                               f"{model.n_layers} layers (the published CSFM-Tiny at size 'full')")
 
 
@@ -315,7 +324,7 @@ def inspect_checkpoint(path: str, size: str = "full") -> dict:
     report["extra"] = sorted([PREFIX + k for k in report["extra"]] + foreign)
     found = geometry(state)
     return {"model": "csfm", "file": source,
-            "variant": f"CSFM-{VARIANTS.get(found, 'unknown')}" if found else "unknown (encoder keys incomplete)",
+            "variant": variant_name(found),
             "architecture": f"{size}: {model.n_layers} layers x {model.d}, {model.cfg.heads} heads",
             **report, "dropped": dropped, "published_params": UPSTREAM_TINY_PARAMS,
             "published_params_source": "upstream CSFM_model('Tiny') without mlp_head, counted on "
