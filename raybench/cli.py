@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "logs": "raybench.jobs:logs",
     "stop": "raybench.jobs:stop",
     "export": "raybench.export:export",
+    "checkpoint": "raybench.encoders.checkpoint_cli:checkpoint",
 }
 
 

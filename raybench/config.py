@@ -26,7 +26,6 @@ import yaml
 
 from raybench.protocol import (
     MODELS,
-    SAMPLERS,
     ConfigError,
     EvalProtocol,
     GridProtocol,
@@ -44,7 +43,7 @@ from raybench.protocol import (
 )
 
 __all__ = [
-    "MODELS", "RUN_PRESETS", "SAMPLERS", "CohortConfig", "ConfigError", "EncoderConfig", "EvalProtocol",
+    "MODELS", "RUN_PRESETS", "CohortConfig", "ConfigError", "EncoderConfig", "EvalProtocol",
     "GridProtocol", "InferenceProtocol", "ModelDims", "Protocol", "ResourceConfig", "RunConfig", "SAEProtocol",
     "audited_layers", "demo_protocol", "demo_run", "dump_run_config", "from_dict", "k_for", "layer_for_depth",
     "load_run_config", "paper_native_protocol", "paper_native_run", "paper_protocol", "paper_run", "to_dict",

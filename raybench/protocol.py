@@ -32,7 +32,6 @@ Stream = Literal["published", "chunked"]
 Arm = Literal["primary", "sensitivity"]
 """The k rule of a cell (docs/protocol.md §6.6): primary k = d / 8, sensitivity k = N / 64."""
 
-SAMPLERS: tuple[str, ...] = typing.get_args(Sampler)
 ARMS: tuple[str, ...] = typing.get_args(Arm)
 
 

@@ -68,7 +68,7 @@ def test_patient_bootstrap_matches_record_level_loop(tmp_path, ray_cluster):
 
     counts = np.concatenate([streams.patient_counts(seed, n_draws, chunk, P, c)
                              for c in range(streams.n_chunks(n_draws, chunk))])
-    assert counts.shape == (n_draws, P) and np.all(counts.sum(1) == P)
+    assert counts.shape == (n_draws, P)
     direct = np.stack([_direct(patient, y, cells, row) for row in counts])
     np.testing.assert_allclose(one, direct, rtol=0, atol=1e-10)
     assert np.all(one[:, 1, 1] <= (C - 1) / C)  # the constant coordinate never correlates

@@ -23,7 +23,7 @@ from scipy import signal as sps
 from torch import nn
 
 from raybench.encoders.base import CheckpointError
-from raybench.encoders.preprocess import note_pad, note_resample, zscore_leads
+from raybench.encoders.preprocess import note, note_pad, note_resample, zscore_leads
 
 # The protocol's shared 12-lead loader resamples every record to this many samples before z-scoring it
 # (benchmark_v1/adapters/ecg_fm.py:21, 64-68: ECG_FM_TARGET_SAMPLES); CSFM and ST-MEM start from its output.
@@ -63,6 +63,14 @@ def crop_center(x: np.ndarray, n: int) -> np.ndarray:
     """The n samples starting at (T - n) // 2 (ST-MEM's `CenterCrop` rule); x must hold at least n."""
     start = (x.shape[-1] - n) // 2
     return x[..., start:start + n]
+
+
+def note_published_window(t: int, fs: float, seconds: float = 10.0) -> None:
+    """The published loaders resample a record to a fixed sample count whatever its duration: a record that is
+    not 10 s long is stretched or squeezed in time (recorded as a note, never silently)."""
+    if abs(t / fs - seconds) > 1e-9:
+        note(f"published loader: a {t / fs:.2f}-s record resampled to the {seconds:g}-s window "
+             f"(time stretched by {seconds * fs / t:.3f}, as the protocol's code did)")
 
 
 def published_12lead(signal: np.ndarray) -> np.ndarray:

@@ -55,6 +55,7 @@ from raybench.encoders.models._vit import (
     fft_resample_to,
     fused_attention,
     key_report,
+    note_published_window,
     pad_end,
     published_12lead,
     raise_on_mismatch,
@@ -184,6 +185,7 @@ class CSFMEncoder(ECGEncoder):
     def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
         """One record [12, T] mV at fs -> [12, 2500] (see the module docstring for both profiles)."""
         if self.profile == "published":
+            note_published_window(np.shape(signal)[-1], fs)
             return fft_resample_to(published_12lead(signal), SAMPLES, np.float32).astype(np.float32)
         x = np.asarray(signal, dtype=np.float64)
         x = resample_rate(x, fs, FS, int(x.shape[-1] * FS / fs))

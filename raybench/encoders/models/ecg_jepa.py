@@ -45,6 +45,7 @@ from raybench.encoders.models._vit import (
     fused_attention,
     key_report,
     load_reported,
+    note_published_window,
     pad_end,
     require_dict_entry,
     require_tensors,
@@ -164,6 +165,7 @@ class ECGJEPAEncoder(ECGEncoder):
     def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
         """One record [12, T] mV at fs -> [8, 2500] (see the module docstring for both profiles)."""
         if self.profile == "published":
+            note_published_window(np.shape(signal)[-1], fs)
             x = np.asarray(signal, dtype=np.float32)[list(LEAD_INDEX)]
             return zscore_leads(fft_resample_to(x, SAMPLES, np.float32))
         x = np.asarray(signal, dtype=np.float64)

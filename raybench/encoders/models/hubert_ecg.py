@@ -60,13 +60,8 @@ from raybench.encoders.base import (
     load_torch_checkpoint,
     register_encoder,
 )
-from raybench.encoders.models._wav2vec2 import (
-    check_batch,
-    fft_resample_to,
-    require_tensors,
-    to_parametrized_weight_norm,
-)
-from raybench.encoders.preprocess import crop_or_pad_start, fir_bandpass, note_resample, zscore_leads
+from raybench.encoders.models._wav2vec2 import check_batch, require_tensors, to_parametrized_weight_norm
+from raybench.encoders.preprocess import crop_or_pad_start, fir_bandpass, note, note_resample, zscore_leads
 
 FS = 500
 DECIMATE = 5  # 500 Hz -> 100 Hz
@@ -84,6 +79,11 @@ TRAINING_CONFIG_GLOBALS = ("hubert_ecg.HuBERTECGConfig", "transformers.models.hu
 FINETUNED_PREFIX = "hubert_ecg."  # HuBERTForECGClassification.hubert_ecg
 FINETUNED_HEAD_PREFIXES = ("classifier.", "label_embedding.weight")  # its classification head, dropped by name
 HEAD_CONFIG_KEYS = ("vocab_sizes", "ensemble_length")
+# The base size's HubertModel (the audited backbone), counted on upstream code/pretrain.py (largeness "base",
+# downsampling_factor 5); one 100-cluster pretraining head (code/pretraining.sh vocab_sizes="100") adds 222,464.
+PUBLISHED_BACKBONE_PARAMS = 92_798_848
+PUBLISHED_PARAMS_SOURCE = ("HuBERT-ECG BASE backbone, counted on upstream code/pretrain.py (largeness base, "
+                           "downsampling_factor 5; 93,021,312 with one 100-cluster pretraining head)")
 
 _FRONT_END = dict(conv_kernel=(10, 3, 3, 2, 2), conv_stride=(4, 2, 2, 2, 2))
 FULL = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
@@ -149,8 +149,11 @@ def native_preprocess(signal: np.ndarray, fs: float) -> np.ndarray:
 
 def published_preprocess(signal: np.ndarray) -> np.ndarray:
     """[12, T] -> [30,000] float32 as the published adapter: FFT-resample to 2,500, per-lead z-score, flatten."""
-    x = np.asarray(signal, dtype=np.float32)
-    return zscore_leads(fft_resample_to(x, PUBLISHED_PER_LEAD)).reshape(-1)
+    x = np.asarray(signal, dtype=np.float32)  # the published loader's float32 `val` array
+    if x.shape[-1] != PUBLISHED_PER_LEAD:  # adapters/hubert_ecg.py:70-71, whatever the record's rate or duration
+        note(f"resampled the whole record {x.shape[-1]} -> {PUBLISHED_PER_LEAD} samples (published protocol)")
+        x = sps.resample(x, PUBLISHED_PER_LEAD, axis=1).astype(np.float32)
+    return zscore_leads(x).reshape(-1)  # lines 72-75: per-lead mean / max(std, 1e-6), flattened lead after lead
 
 
 def make_config(size: str) -> HubertConfig:
@@ -201,6 +204,12 @@ def read_training_checkpoint(path: str | Path) -> tuple[HubertConfig, dict[str, 
     fine-tuned file's backbone keys lose their `hubert_ecg.` prefix and its classification head is dropped (by
     name); its config then builds no pretraining heads (the classifier model deleted them).
     """
+    config, state, _, _ = _read_training(path)
+    return config, state
+
+
+def _read_training(path: str | Path) -> tuple[HubertConfig, dict[str, torch.Tensor], list[str], str]:
+    """read_training_checkpoint + (the keys dropped by name, which model the file holds)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} not found; pass the HuggingFace folder or the training .pt")
@@ -230,11 +239,15 @@ def read_training_checkpoint(path: str | Path) -> tuple[HubertConfig, dict[str, 
     if not isinstance(state, Mapping):
         raise CheckpointError(f"{path}: model_state_dict is a {type(state).__name__}, expected a state dict")
     state = require_tensors(state, str(path))
+    dropped: list[str] = []
+    kind = "training .pt: HuBERTECG (pretraining; model_config pickled)"
     if state and all(k.startswith(FINETUNED_PREFIX) or k.startswith(FINETUNED_HEAD_PREFIXES) for k in state) \
             and any(k.startswith(FINETUNED_PREFIX) for k in state):
+        dropped = sorted(k for k in state if not k.startswith(FINETUNED_PREFIX))
         state = {k[len(FINETUNED_PREFIX):]: v for k, v in state.items() if k.startswith(FINETUNED_PREFIX)}
         for key in HEAD_CONFIG_KEYS:
             raw.pop(key, None)
+        kind = "training .pt: HuBERTForECGClassification (fine-tuned; backbone loaded, classifier dropped)"
     elif "vocab_sizes" not in raw and any(k.startswith(HEAD_PREFIXES) for k in state):
         # an older file pickled a plain HubertConfig; upstream (test.py, pretrain.py) then rebuilds a HuBERTECGConfig
         # with the vocabulary sizes of the run: here they are read off the label embeddings' shapes
@@ -243,7 +256,7 @@ def read_training_checkpoint(path: str | Path) -> tuple[HubertConfig, dict[str, 
             sizes.append(int(state[f"label_embedding.{i}.weight"].shape[0]))
             i += 1
         raw |= {"vocab_sizes": sizes, "ensemble_length": len(sizes)}
-    return _hubert_config(raw, str(path)), state
+    return _hubert_config(raw, str(path)), state, dropped, kind
 
 
 def read_folder(folder: Path) -> tuple[HubertConfig, dict[str, torch.Tensor]]:
@@ -266,6 +279,39 @@ def read_checkpoint(path: str | Path) -> tuple[HubertConfig, dict[str, torch.Ten
     path = Path(path)
     config, state = read_folder(path) if path.is_dir() else read_training_checkpoint(path)
     return config, to_parametrized_weight_norm(state)
+
+
+def inspect_checkpoint(path: str, size: str = "full") -> dict:
+    """What loading `path` would do, without failing on a key mismatch: model, file, variant (format), the
+    architecture its config describes, loaded / missing / extra keys, the keys dropped by name, parameter
+    counts (loaded, model, backbone) and the base size's count. `size` is unused (the file's config defines the
+    model); accepted so every adapter's inspect takes the same arguments. Unreadable files raise CheckpointError."""
+    from raybench.encoders.checkpoint_cli import key_report
+
+    p = Path(path)
+    if p.is_dir():
+        config, state = read_folder(p)
+        dropped, variant = [], f"HuggingFace folder (config.json model_type {getattr(config, 'model_type', '?')!r})"
+    else:
+        config, state, dropped, variant = _read_training(p)
+    state = to_parametrized_weight_norm(state)
+    with torch.device("meta"):
+        model = HuBERTECGEncoder(config)
+    expected = dict(model.hubert.state_dict())
+    if model.heads is not None:
+        expected |= model.heads.state_dict()
+    report = key_report(expected, state)
+    backbone = set(model.hubert.state_dict())
+    vocab = getattr(config, "vocab_sizes", None)
+    return {"model": "hubert_ecg", "file": str(path), "variant": variant,
+            "architecture": f"{config.num_hidden_layers} layers x {config.hidden_size}, {config.num_attention_heads} "
+                            f"heads, conv kernels {list(config.conv_kernel)} strides {list(config.conv_stride)}"
+                            + (f", pretraining heads for vocab_sizes {list(vocab)}" if vocab else "")
+                            + " (from the checkpoint's config)",
+            **report, "n_params_backbone": int(sum(state[k].numel() for k in report["loaded"] if k in backbone)),
+            "dropped": {"finetuning_head": dropped} if dropped else {},
+            "published_params": PUBLISHED_BACKBONE_PARAMS,
+            "published_params_source": PUBLISHED_PARAMS_SOURCE}
 
 
 def load_pretrained(path: str | Path) -> HuBERTECGEncoder:

@@ -55,6 +55,7 @@ from raybench.encoders.models._vit import (
     fused_attention,
     key_report,
     load_reported,
+    note_published_window,
     pad_end,
     published_12lead,
     require_dict_entry,
@@ -178,6 +179,7 @@ class STMEMEncoder(ECGEncoder):
     def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
         """One record [12, T] mV at fs -> [12, 2250] (see the module docstring for both profiles)."""
         if self.profile == "published":
+            note_published_window(np.shape(signal)[-1], fs)
             x = fft_resample_to(published_12lead(signal), WINDOW, np.float32, always=True)
             return crop_center(x, SAMPLES).astype(np.float32)
         x = np.asarray(signal, dtype=np.float32)[:, :int(WINDOW_S * fs)]
