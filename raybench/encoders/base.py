@@ -53,6 +53,9 @@ class ECGEncoder(nn.Module):
     n_layers: int = 0
     d: int = 0
     profile: str = "native"
+    # Bumped by an adapter whenever its preprocessing or pooling changes, so stores written under the old rule
+    # stop counting as complete (the fingerprint below mixes it in).
+    revision: str = "1"
 
     def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
         """One record [12, T] (mV, LEADS order) at `fs` -> this model's native input, float32."""
@@ -64,7 +67,8 @@ class ECGEncoder(nn.Module):
 
     def fingerprint(self) -> str:
         """Identity of weights + preprocessing: keys the activation store (changes invalidate it)."""
-        h = hashlib.sha256(f"{type(self).__module__}.{type(self).__qualname__}|{self.profile}".encode())
+        h = hashlib.sha256(f"{type(self).__module__}.{type(self).__qualname__}|{self.profile}|{self.revision}"
+                           .encode())
         for key, tensor in sorted(self.state_dict().items()):
             h.update(key.encode())
             h.update(tensor.detach().cpu().contiguous().numpy().tobytes())

@@ -63,7 +63,7 @@ from raybench.encoders.models._wav2vec2 import (
     require_tensors,
     to_legacy_weight_norm,
 )
-from raybench.encoders.models.ecg_fm import PUBLISHED_PARAMS, key_report, preprocess_w2v, revision_fingerprint
+from raybench.encoders.models.ecg_fm import PUBLISHED_PARAMS, REVISION, key_report, preprocess_w2v
 
 SAMPLES = 5000
 DP_PREFIX = "module."  # nn.DataParallel wrapper
@@ -76,6 +76,7 @@ class CardiacFMEncoder(ECGEncoder):
     name = "cardiac_fm"
     n_layers = 12
     d = 768
+    revision = REVISION  # preprocessing/pooling rule version: stores of an older one are redone
 
     def __init__(self, cfg: W2VConfig = FULL, proj_dim: int = PROJ_DIM["full"]):
         super().__init__()
@@ -103,9 +104,6 @@ class CardiacFMEncoder(ECGEncoder):
         check_batch(x, (12, SAMPLES), "CARDIAC-FM", self.profile)
         h = self.ecg_encoder.layer_outputs(x.float())[-1]
         return self.ecg_projection(h.mean(dim=1) if self.profile == "published" else nonzero_mean(h))
-
-    def fingerprint(self) -> str:
-        return revision_fingerprint(self)
 
 
 def _strip_dataparallel(obj: object, source: str) -> dict:

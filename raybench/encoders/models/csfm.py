@@ -166,6 +166,7 @@ class CSFMEncoder(ECGEncoder):
     name = "csfm"
     n_layers = 6
     d = 768
+    revision = "vit-parity-1"  # preprocessing/pooling rule version: stores of an older one are redone
 
     def __init__(self, cfg: CSFMConfig = FULL):
         super().__init__()

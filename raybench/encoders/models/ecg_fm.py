@@ -34,7 +34,6 @@ published adapter hooked, benchmark_v1/adapters/ecg_fm.py:132-140), pooled over 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -87,15 +86,11 @@ def preprocess_w2v(signal: np.ndarray, fs: float, profile: str, native_samples: 
     return np.ascontiguousarray(crop_or_pad_start(x, native_samples), dtype=np.float32)
 
 
-def revision_fingerprint(model: ECGEncoder) -> str:
-    """The base fingerprint (class, profile, weights) with the preprocessing/pooling revision mixed in."""
-    return hashlib.sha256(f"{ECGEncoder.fingerprint(model)}|{REVISION}".encode()).hexdigest()[:16]
-
-
 class ECGFMEncoder(ECGEncoder):
     name = "ecg_fm"
     n_layers = 12
     d = 768
+    revision = REVISION  # preprocessing/pooling rule version: stores of an older one are redone
 
     def __init__(self, cfg: W2VConfig = FULL):
         super().__init__()
@@ -116,9 +111,6 @@ class ECGFMEncoder(ECGEncoder):
     def layer_states(self, x: torch.Tensor) -> torch.Tensor:
         check_batch(x, (12, self.input_samples), "ECG-FM", self.profile)
         return torch.stack([pool_tokens(h, self.profile) for h in self.model.layer_outputs(x.float())])
-
-    def fingerprint(self) -> str:
-        return revision_fingerprint(self)
 
 
 def read_checkpoint(path: str) -> tuple[W2VConfig, dict[str, torch.Tensor]]:

@@ -150,6 +150,7 @@ class ECGJEPAEncoder(ECGEncoder):
     name = "ecg_jepa"
     n_layers = 12
     d = 768
+    revision = "vit-parity-1"  # preprocessing/pooling rule version: stores of an older one are redone
 
     def __init__(self, cfg: JEPAConfig = FULL):
         super().__init__()

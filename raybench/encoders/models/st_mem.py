@@ -162,6 +162,7 @@ class STMEMEncoder(ECGEncoder):
     name = "st_mem"
     n_layers = 12
     d = 768
+    revision = "vit-parity-1"  # preprocessing/pooling rule version: stores of an older one are redone
 
     def __init__(self, cfg: STMEMConfig = FULL):
         super().__init__()
