@@ -20,7 +20,7 @@ import ray.cloudpickle
 import torch
 from torch import nn
 
-from raybench.cohorts.waveforms import LEADS, RecordError, read_record
+from raybench.cohorts.waveforms import RecordError, read_record
 from raybench.config import EncoderConfig
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, freeze
 from raybench.encoders.extract import extract_activations, native_input, plain_loop_activations

@@ -228,11 +228,12 @@ def _lead_index(rel_path: str, sig_names: list[str], notes: list[str]) -> dict[s
         else:
             index[lead] = i
     missing = [lead for lead in LEADS if lead not in index]
+    if duplicate:  # before `missing`: a lead named twice is usually the other lead mislabeled
+        raise RecordError(rel_path, "duplicate_leads", f"leads {sorted(set(duplicate))} appear more than once "
+                          f"(header has {sig_names}" + (f"; {missing} absent" if missing else "")
+                          + "); which signal is the lead cannot be told")
     if missing:
         raise RecordError(rel_path, "missing_leads", f"leads {missing} absent (header has {sig_names})")
-    if duplicate:
-        raise RecordError(rel_path, "duplicate_leads", f"leads {sorted(set(duplicate))} appear more than once "
-                          f"(header has {sig_names}); which signal is the lead cannot be told")
     order = [index[lead] for lead in LEADS]
     if order != sorted(order):
         header_order = [canonical_lead(str(n)) for n in sig_names if canonical_lead(str(n)) is not None]

@@ -103,7 +103,7 @@ def test_layer_states_match_upstream(signals, model, profile):
 # ---------------------------------------------------------------- the comparisons bite
 
 def test_previous_butterworth_band_pass_fails_parity(signals, monkeypatch):
-    """raybench's earlier native filter (order-4 Butterworth, upper edge clipped to 0.45 fs) is far off upstream's FIR."""
+    """raybench's earlier native filter (order-4 Butterworth, upper edge clipped to 0.45 fs) is far off the FIR."""
     monkeypatch.setattr(H, "fir_bandpass", lambda x, fs, lo, hi, order_per_hz: bandpass(x, fs, lo, hi).astype(float))
     for key in ("ptbxl_500hz", "ptbxl_100hz"):
         assert rel_err(H.native_preprocess(*signals[key]), FIXTURES["native"][f"{key}/input"]) > 100 * TOL

@@ -20,7 +20,7 @@ Checkpoints, two formats:
 Preprocessing profiles:
   native     upstream `code/utils.py::ecg_preprocessing` + `code/dataset.py::ECGDataset` (encode mode): band-pass
              0.05-47 Hz at the source rate with biosppy's FIR (`int(0.3 fs)` taps made odd, Hamming firwin,
-             filtfilt; no clipping: below 94.1 Hz the band's upper edge passes Nyquist and upstream cannot run, so
+             filtfilt; no clipping: at 94 Hz or below the band's upper edge reaches Nyquist and upstream cannot run, so
              such records are quarantined `rate_unsupported`; at 100 Hz the 47-Hz edge is kept as upstream keeps
              it), FFT resampling to `int(T * (500 / fs))` samples (upstream's expression, truncation included),
              per-lead min-max scaling to [-1, 1] over the record (`smooth` 1e-8), the first 5 s (2,500 samples;
@@ -107,6 +107,7 @@ class HuBERTECGEncoder(ECGEncoder):
     name = "hubert_ecg"
     n_layers = 12
     d = 768
+    revision = "hubert-parity-1"  # preprocessing/pooling rule version (FIR band-pass): older stores are redone
 
     def __init__(self, config: HubertConfig):
         super().__init__()
