@@ -9,7 +9,8 @@ PTB-XL record and two synthetic records. Per model and profile (`native`, `publi
   * forward: raybench's `layer_states` on upstream's preprocessed inputs vs upstream's pooled state of every
     audited layer;
   * preprocessing: raybench's `preprocess` on the raw record vs upstream's input, per record (the PTB-XL
-    record is read with raybench's reader from ../shared/ptbxl-sample; those cases skip without it);
+    record is read with raybench's reader from the PTB-XL sample (the `ptbxl_sample` fixture); those cases
+    skip without it);
   * end to end: raybench's preprocess + forward vs upstream's states.
 
 Error measure: max |raybench - upstream| / max |upstream|, per record (inputs) or per layer (states).
