@@ -102,7 +102,7 @@ def write_fake_run(
              "cka": rng.uniform(.6, .9, len(models))}))
         write_table(layout.tables_dir / "intervention.parquet", pd.DataFrame(
             {"model": models, "basis": "sae", "off_target_rms": rng.uniform(.1, .3, len(models))}))
-        write_table(layout.tables_dir / "harmonization_concept_contrasts.parquet", _harmonization_concepts(models, rng))
+        write_table(layout.tables_dir / "harmonization_concept_contrasts.parquet", harmonization_concepts(models, rng))
     if run_yaml:
         raw = to_dict(cfg)
         raw["cohort"]["kind"] = cohort_kind
@@ -324,7 +324,7 @@ def _paper_tables(protocol: Protocol, out: dict[str, pd.DataFrame], rng: np.rand
     return {n: finish(df)[pa.PAPER_COLUMNS[n]] for n, df in res.items()}
 
 
-def _harmonization_concepts(models, rng) -> pd.DataFrame:
+def harmonization_concepts(models, rng) -> pd.DataFrame:
     from raybench.analysis.secondary.harmonization import CONCEPT_CONTRAST_COLUMNS
     from raybench.analysis.stats import benjamini_hochberg
 

@@ -145,14 +145,14 @@ def test_check_complete_names_every_missing_cell():
 
 
 def _small_protocol():
-    from test_tables import _protocol
+    from test_tables import planted_protocol
 
-    p = _protocol()
+    p = planted_protocol()
     return dataclasses.replace(p, inference=dataclasses.replace(p.inference, patient_draws=64, crossed_draws=64))
 
 
 def test_incomplete_grid_refused_then_flagged(tmp_path, ray_cluster):
-    from test_tables import _fake_run
+    from test_tables import write_planted_run
 
     from raybench.analysis.audit import cell_label
     from raybench.analysis.tables import analyze_run
@@ -160,7 +160,7 @@ def test_incomplete_grid_refused_then_flagged(tmp_path, ray_cluster):
     from raybench.paths import RunLayout
 
     proto = _small_protocol()
-    root = _fake_run(tmp_path, proto, fail=(("st_mem", 0.5, 4, 1, "primary"),))
+    root = write_planted_run(tmp_path, proto, fail=(("st_mem", 0.5, 4, 1, "primary"),))
     layout = RunLayout.at(root)
     cells = pd.read_parquet(layout.cells_table)
     gone = ("csfm", 1.0, 1, 2, "primary")
@@ -311,8 +311,8 @@ NEW_SECTIONS = ("crossed_contrasts", "arm_sensitivity", "reproducibility_auc", "
 
 
 def test_small_run_has_the_new_tables_figures_and_sections(tmp_path, ray_cluster):
-    from fake_run import _harmonization_concepts
-    from test_tables import _fake_run
+    from fake_run import harmonization_concepts
+    from test_tables import write_planted_run
 
     from raybench.analysis.figures import make_figures
     from raybench.analysis.report import render_report
@@ -321,7 +321,7 @@ def test_small_run_has_the_new_tables_figures_and_sections(tmp_path, ray_cluster
     from raybench.paths import RunLayout
 
     proto = _small_protocol()
-    root = _fake_run(tmp_path / "run", proto)
+    root = write_planted_run(tmp_path / "run", proto)
     out = analyze_run(root, proto, cohort_kind="ptbxl")
     layout = RunLayout.at(root)
     for name in NEW_TABLES:
@@ -342,7 +342,7 @@ def test_small_run_has_the_new_tables_figures_and_sections(tmp_path, ray_cluster
     assert np.allclose(pairs.groupby(["model", "q", "expansion"]).excess.mean().to_numpy(),
                        out["reproducibility"].sort_values(["model", "q", "expansion"]).excess.to_numpy())
     write_table(layout.tables_dir / "harmonization_concept_contrasts.parquet",
-                _harmonization_concepts(["csfm", "ecg_jepa", "st_mem"], np.random.default_rng(1)))
+                harmonization_concepts(["csfm", "ecg_jepa", "st_mem"], np.random.default_rng(1)))
     written = {p.name for p in make_figures(root)}
     for stem in NEW_FIGURES:
         assert {f"{stem}.png", f"{stem}.svg"} <= written

@@ -24,7 +24,7 @@ CONCEPTS = ["qrs_duration", "hr_ventricular", "t_amp_global", "qrs_axis_front", 
 P, D, M_TOP = 60, 16, 8
 
 
-def _protocol() -> Protocol:
+def planted_protocol() -> Protocol:
     return Protocol(
         name="test",
         grid=GridProtocol(models=MODELS, depths=(0.5, 1.0), expansions=(1, 4), seeds=(1, 2), sensitivity_depth=0.5),
@@ -34,7 +34,7 @@ def _protocol() -> Protocol:
     )
 
 
-def _fake_run(root: Path, protocol: Protocol, fail: tuple = ()) -> Path:
+def write_planted_run(root: Path, protocol: Protocol, fail: tuple = ()) -> Path:
     """Cells table + per-cell patient_stats / decoder_top / metrics.json, with a planted best model."""
     rng = np.random.default_rng(0)
     layout = RunLayout.at(root)
@@ -80,8 +80,8 @@ def _digest(folder: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory, ray_cluster):
-    root = _fake_run(tmp_path_factory.mktemp("run"), _protocol())
-    out = analyze_run(root, _protocol(), num_workers=1, cohort_kind="synth")
+    root = write_planted_run(tmp_path_factory.mktemp("run"), planted_protocol())
+    out = analyze_run(root, planted_protocol(), num_workers=1, cohort_kind="synth")
     return root, out
 
 
@@ -138,15 +138,15 @@ def test_rerun_is_byte_identical_and_worker_invariant(analyzed):
     root, _ = analyzed
     tables = RunLayout.at(root).tables_dir
     first = _digest(tables)
-    analyze_run(root, _protocol(), num_workers=4, cohort_kind="synth")
+    analyze_run(root, planted_protocol(), num_workers=4, cohort_kind="synth")
     assert _digest(tables) == first
 
 
 def test_failed_cells_reported_and_published_column(tmp_path, ray_cluster):
-    proto = _protocol()
+    proto = planted_protocol()
     proto = dataclasses.replace(proto, inference=dataclasses.replace(proto.inference, patient_draws=64,
                                                                      crossed_draws=64))
-    root = _fake_run(tmp_path, proto, fail=(("st_mem", 1.0, 4, 1, "primary"), ("csfm", 1.0, 4, 1, "primary"),
+    root = write_planted_run(tmp_path, proto, fail=(("st_mem", 1.0, 4, 1, "primary"), ("csfm", 1.0, 4, 1, "primary"),
                                             ("csfm", 1.0, 4, 2, "primary")))
     out = analyze_run(root, proto, cohort_kind="ptbxl", write=False, allow_incomplete=True)
     miss = out["missing"]
