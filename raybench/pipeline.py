@@ -1,4 +1,8 @@
-"""`raybench grid`: manifest -> encode -> train -> analyze -> report, each stage skipped when complete.
+"""`raybench grid`: cohort -> manifest -> encode -> train -> analyze, each stage skipped when complete.
+
+This module keeps only the progress display, the run folder's config (run.yaml, config_hash.json, the config a
+stage command works under) and the stage sequence; the stages (raybench.stage.Stage) live beside the code they
+drive. Errors are RaybenchErrors (`PipelineError` for the run folder); the command line prints them.
 
 With no arguments it runs the embedded default: a local Ray instance, the built-in synthetic cohort,
 the six demo encoders and the demo protocol (450 + 90 cells). Rerunning after any interruption
@@ -7,28 +11,22 @@ finishes only the remaining work.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
+from raybench.analysis.analyze_stage import ANALYZE_STAGE, analyze_stage
 from raybench.atomic import read_json, write_json, write_text
+from raybench.cohorts.stage import COHORT_STAGE, MANIFEST_STAGE
 from raybench.config import ConfigError, RunConfig, dump_run_config, from_dict, load_run_config
+from raybench.encoders.stage import ENCODE_STAGE
+from raybench.errors import RaybenchError
 from raybench.paths import RunLayout
-
-if TYPE_CHECKING:
-    from raybench.encoders.base import EncoderSpec
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    is_complete: Callable[[RunConfig], bool]
-    run: Callable[[RunConfig, str | None], str | None]  # (work config, remote run URI) -> summary line
+from raybench.sae.stage import TRAIN_STAGE
+from raybench.stage import Stage
 
 
 class Progress:
@@ -53,160 +51,14 @@ class Progress:
         self.echo(f"{head} done in {dt:6.1f} s" + (f"  ({summary})" if summary else ""))
 
 
-# ---------------------------------------------------------------- stages
+# ---------------------------------------------------------------- the stage sequence
 
-def _cohort_complete(cfg: RunConfig) -> bool:
-    if cfg.cohort.kind != "synth":
-        return True
-    return (RunLayout.at(cfg.run_dir).cohort_dir / "ptbxl_database.csv").exists()
+STAGES: list[Stage] = [COHORT_STAGE, MANIFEST_STAGE, ENCODE_STAGE, TRAIN_STAGE, ANALYZE_STAGE]
+"""What `raybench grid` runs, in order; each stage lives beside the code it drives."""
 
 
-def _cohort_run(cfg: RunConfig, remote: str | None = None) -> str:
-    from raybench.cohorts.synth import generate_synth_cohort
-
-    c = cfg.cohort
-    out = RunLayout.at(cfg.run_dir).cohort_dir
-    generate_synth_cohort(out, n_records=c.records, n_patients=c.patients, seed=c.seed, bad_fraction=c.bad_fraction)
-    return f"{c.records} synthetic records, {c.patients} patients"
-
-
-def cohort_root(cfg: RunConfig) -> Path:
-    if cfg.cohort.kind == "synth":
-        return RunLayout.at(cfg.run_dir).cohort_dir
-    return Path(cfg.cohort.root)
-
-
-def _manifest_complete(cfg: RunConfig) -> bool:
-    layout = RunLayout.at(cfg.run_dir)
-    return layout.manifest.exists() and layout.manifest_summary.exists()
-
-
-def _manifest_run(cfg: RunConfig, remote: str | None = None) -> str:
-    from raybench.cohorts.manifest import load_manifest
-    from raybench.cohorts.ptbxl import build_ptbxl_manifest
-
-    layout = RunLayout.at(cfg.run_dir)
-    if cfg.cohort.kind == "mimic":
-        from raybench.cohorts.mimic import build_mimic_manifest
-
-        c = cfg.cohort
-        build_mimic_manifest(Path(c.root), layout.manifest_dir, max_records=c.max_records,
-                             concept_extractor=c.concept_extractor, record_pool=c.record_pool, admissions=c.admissions)
-    else:
-        build_ptbxl_manifest(cohort_root(cfg), layout.manifest_dir, sampling_rate=cfg.cohort.sampling_rate,
-                             concepts=cfg.cohort.concepts)
-    df, info = load_manifest(layout.manifest)
-    counts = df["split"].value_counts().to_dict()
-    return (f"{len(df)} records ({counts.get('train', 0)}/{counts.get('val', 0)}/{counts.get('test', 0)}), "
-            f"{len(info.concepts)} concepts")
-
-
-def encoder_spec(cfg: RunConfig, model: str) -> EncoderSpec:
-    """The EncoderSpec of `model` under the run's encoder config (what `encode` extracts with)."""
-    from raybench.encoders.base import EncoderSpec
-
-    enc = cfg.encoders
-    return EncoderSpec(name=model, size=enc.size, checkpoint=enc.checkpoints.get(model), profile=enc.profile,
-                       init_seed=enc.init_seed)
-
-
-def _encode_complete(cfg: RunConfig) -> bool:
-    """Every audited store matches the *current* manifest hash and encoder fingerprint (not its own index)."""
-    from raybench.cohorts.manifest import ManifestError, load_manifest
-    from raybench.config import audited_layers
-    from raybench.encoders.base import build_encoder
-    from raybench.encoders.store import ActivationStore
-
-    layout = RunLayout.at(cfg.run_dir)
-    if not layout.manifest.exists():
-        return False
-    try:
-        manifest_hash = load_manifest(layout.manifest)[1].manifest_hash
-    except ManifestError:
-        return False  # the encode stage reports what is wrong with it
-    store = ActivationStore(layout.activations_dir)
-    for model in cfg.protocol.grid.models:
-        encoder = build_encoder(encoder_spec(cfg, model))
-        fingerprint, n_layers = encoder.fingerprint(), int(encoder.n_layers)
-        del encoder
-        for layer in audited_layers(cfg.protocol, n_layers):
-            if not store.is_complete(model, layer, manifest_hash, fingerprint):
-                return False
-    return True
-
-
-def _encode_run(cfg: RunConfig, remote: str | None = None) -> str:
-    from raybench.config import audited_layers
-    from raybench.encoders.base import build_encoder
-    from raybench.encoders.extract import extract_activations
-
-    layout = RunLayout.at(cfg.run_dir)
-    enc = cfg.encoders
-    for model in cfg.protocol.grid.models:
-        spec = encoder_spec(cfg, model)
-        n_layers = build_encoder(spec).n_layers
-        extract_activations(layout.manifest, layout.root, spec, enc, layers=audited_layers(cfg.protocol, n_layers),
-                            progress=False)
-    return f"{len(cfg.protocol.grid.models)} encoders"
-
-
-def _train_complete(cfg: RunConfig) -> bool:
-    import pandas as pd
-
-    layout = RunLayout.at(cfg.run_dir)
-    if not layout.cells_table.exists():
-        return False
-    table = pd.read_parquet(layout.cells_table)
-    if not (bool(len(table)) and bool((table["status"] == "ok").all())
-            and set(table["config_hash"]) == {cfg.config_hash()}):
-        return False
-    # the table may predate new activation stores or hand-copied cells: every cell must match them itself
-    from raybench.encoders.store import ActivationStore, StoreError
-    from raybench.sae.cells import build_cells
-    from raybench.sae.provenance import cell_complete, expected_provenance
-
-    try:
-        cells = build_cells(cfg.protocol, ActivationStore.for_run(layout.root).model_dims(cfg.protocol.grid.models))
-    except (StoreError, KeyError):
-        return False
-    expect = expected_provenance(layout.root, cfg.config_hash(), cells)
-    return set(table["cell_id"]) == {c.cell_id for c in cells} and all(
-        expect[c.cell_id] is not None and cell_complete(layout.cell_dir(c.cell_id), expect[c.cell_id])
-        for c in cells)
-
-
-def _train_run(cfg: RunConfig, remote: str | None = None) -> str:
-    from raybench.sae.grid import run_grid
-
-    table = run_grid(cfg, remote_uri=remote)
-    ok = int((table["status"] == "ok").sum())
-    return f"{ok}/{len(table)} cells ok"
-
-
-def _analyze_complete(cfg: RunConfig) -> bool:
-    layout = RunLayout.at(cfg.run_dir)
-    return layout.report.exists() and layout.report.stat().st_mtime >= layout.cells_table.stat().st_mtime \
-        if layout.cells_table.exists() else False
-
-
-def _analyze_run(cfg: RunConfig, remote: str | None = None, allow_incomplete: bool = False) -> str:
-    """The analyze stage, exactly as `raybench analyze` runs it (raybench.analysis.stage.run_analyze_stage)."""
-    from raybench.analysis.completeness import IncompleteGridError
-    from raybench.analysis.stage import run_analyze_stage
-
-    try:
-        return run_analyze_stage(cfg, allow_incomplete=allow_incomplete).summary()
-    except IncompleteGridError as err:
-        raise click.ClickException(str(err)) from None
-
-
-STAGES = [
-    Stage("cohort", _cohort_complete, _cohort_run),
-    Stage("manifest", _manifest_complete, _manifest_run),
-    Stage("encode", _encode_complete, _encode_run),
-    Stage("train", _train_complete, _train_run),
-    Stage("analyze", _analyze_complete, _analyze_run),
-]
+class PipelineError(RaybenchError):
+    """The run folder cannot take this run (another config's results, an unreadable run.yaml)."""
 
 
 def write_run_yaml(cfg: RunConfig) -> None:
@@ -223,7 +75,7 @@ def write_run_yaml(cfg: RunConfig) -> None:
     if stamp.exists():
         old = read_json(stamp)["config_hash"]
         if old != cfg.config_hash():
-            raise click.ClickException(
+            raise PipelineError(
                 f"{layout.root} holds results of another config (hash {old}, now {cfg.config_hash()}); "
                 "use a new --run-dir, or delete the folder to start over")
     provenance = (f"# raybench {raybench.__version__}, python {platform.python_version()}, ray {ray.__version__}, "
@@ -263,7 +115,7 @@ def check_config_stamp(cfg: RunConfig, stamp: str | None, what: str) -> None:
     """Refuse `cfg` (described by `what`, e.g. "--config x.yaml") when the run folder holds another config."""
     if stamp is None or cfg.config_hash() == stamp:
         return
-    raise click.ClickException(
+    raise PipelineError(
         f"{what} has config hash {cfg.config_hash()}, but the run folder {cfg.run_dir} was made with config hash "
         f"{stamp} (its run.yaml / {STAMP}), and one run must not mix results of two configs. To continue this run, "
         "leave out --config (and any option that changes results): stage commands read the run's own run.yaml; "
@@ -279,19 +131,16 @@ def stage_config(run_dir: str | None, config_path: str | None, *, demo_fallback:
     """
     from raybench.config import demo_run
 
-    try:
-        given = load_run_config(config_path) if config_path else None
-        run_dir = run_dir or (given.run_dir if given is not None else demo_run().run_dir)
-        recorded, stamp = (None, None) if "://" in run_dir else recorded_run_config(run_dir)
-    except ConfigError as err:
-        raise click.ClickException(str(err)) from None
+    given = load_run_config(config_path) if config_path else None
+    run_dir = run_dir or (given.run_dir if given is not None else demo_run().run_dir)
+    recorded, stamp = (None, None) if "://" in run_dir else recorded_run_config(run_dir)
     if given is not None:
         cfg = replace(given, run_dir=run_dir)
         check_config_stamp(cfg, stamp, f"--config {config_path}")
         return cfg
     if recorded is None:
         if not demo_fallback:
-            raise click.UsageError(f"{RunLayout.at(run_dir).run_yaml} not found: pass --config with the run's config "
+            raise PipelineError(f"{RunLayout.at(run_dir).run_yaml} not found: pass --config with the run's config "
                                    "(the same file given to `raybench grid`)")
         cfg = replace(demo_run(), run_dir=run_dir)
         check_config_stamp(cfg, stamp, "the embedded demo config (no run.yaml)")
@@ -305,10 +154,7 @@ def stamp_run(cfg: RunConfig, what: str = "this config") -> None:
     record run.yaml + config_hash.json when the run has none yet, so later stages read the same config."""
     if "://" in cfg.run_dir or not Path(cfg.run_dir).is_dir():
         return
-    try:
-        recorded, stamp = recorded_run_config(cfg.run_dir)
-    except ConfigError as err:
-        raise click.ClickException(str(err)) from None
+    recorded, stamp = recorded_run_config(cfg.run_dir)
     check_config_stamp(cfg, stamp, what)
     if recorded is None:
         write_run_yaml(cfg)
@@ -320,13 +166,14 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo,
 
     allow_incomplete: analyze a grid with missing or failed cells (refused otherwise; see `raybench analyze`)."""
     from raybench.ray_session import init_ray
-    from raybench.storage import StorageError, check_writable, is_remote, local_mirror, sync_down, sync_up
+    from raybench.storage import check_writable, is_remote, local_mirror, sync_down, sync_up
 
     cfg.validate()
-    try:
-        check_writable(cfg.run_dir)
-    except StorageError as err:
-        raise click.ClickException(str(err)) from None
+    stages = [analyze_stage(allow_incomplete=True) if allow_incomplete and s.name == "analyze" else s
+              for s in STAGES]
+    for stage in stages:  # every stage's external inputs, before Ray starts or anything is written
+        stage.check(cfg)
+    check_writable(cfg.run_dir)
     remote = cfg.run_dir if is_remote(cfg.run_dir) else None
     if remote:
         mirror = local_mirror(remote)
@@ -336,8 +183,6 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo,
     layout.root.mkdir(parents=True, exist_ok=True)
     write_run_yaml(cfg)
     init_ray(cfg.resources)
-    stages = [replace(s, run=functools.partial(_analyze_run, allow_incomplete=True))
-              if allow_incomplete and s.name == "analyze" else s for s in STAGES]
     progress = Progress(stages, echo)
     t0 = time.perf_counter()
     for i, stage in enumerate(stages, 1):

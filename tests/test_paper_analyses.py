@@ -15,6 +15,7 @@ from scipy.stats import kendalltau
 from raybench.analysis import paper_analyses as pa
 from raybench.analysis.completeness import IncompleteGridError, check_complete, grid_frame
 from raybench.analysis.stats import benjamini_hochberg
+from raybench.errors import USER_EXIT_CODE
 
 # ---------------------------------------------------------------- pure functions
 
@@ -225,7 +226,8 @@ def test_cli_refuses_incomplete_grid_and_passes_the_flag(tmp_path, monkeypatch):
 
     _fake_analysis(monkeypatch, analyze_run)
     res = CliRunner().invoke(main, ["analyze", "--run-dir", str(root)])
-    assert res.exit_code == 1 and "ecg_fm-q050-E04-primary-s4311" in res.output and seen["allow"] is False
+    assert res.exit_code == USER_EXIT_CODE and "ecg_fm-q050-E04-primary-s4311" in res.output
+    assert "Traceback" not in res.output and seen["allow"] is False
     res = CliRunner().invoke(main, ["analyze", "--run-dir", str(root), "--allow-incomplete"])
     assert res.exit_code == 0, res.output
     assert seen["allow"] is True
@@ -248,8 +250,8 @@ def test_grid_command_passes_allow_incomplete(monkeypatch):
     assert "--allow-incomplete" in CliRunner().invoke(main, ["grid", "--help"]).output
 
 
-def test_pipeline_analyze_stage_refuses_with_a_click_error(tmp_path, monkeypatch):
-    """`raybench grid`'s analyze stage turns the refusal into a message naming the cell (exit code 1)."""
+def test_pipeline_analyze_stage_refuses_with_a_user_error(tmp_path, monkeypatch):
+    """`raybench grid`'s analyze stage refuses with a RaybenchError: one message naming the cell (exit code 2)."""
     import raybench.pipeline as pl
     from raybench.cli import main
 
@@ -263,7 +265,8 @@ def test_pipeline_analyze_stage_refuses_with_a_click_error(tmp_path, monkeypatch
     monkeypatch.setattr(pl, "STAGES", [s for s in pl.STAGES if s.name == "analyze"])
     for flags in ([], ["--allow-incomplete"]):
         res = CliRunner().invoke(main, ["grid", "--run-dir", str(tmp_path / "run"), *flags])
-        assert res.exit_code == 1 and "cell-x: failed: oom" in res.output and "Traceback" not in res.output
+        assert res.exit_code == USER_EXIT_CODE and "cell-x: failed: oom" in res.output
+        assert "Traceback" not in res.output
     assert calls == [False, True]
 
 

@@ -196,8 +196,8 @@ def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_
     """Not the store's own index: a changed manifest (5 records fewer) or encoder makes the stage incomplete,
     and training refuses the stale stores."""
     from raybench.cohorts.manifest import load_manifest, write_manifest
+    from raybench.encoders.stage import encode_complete as _encode_complete
     from raybench.encoders.store import StoreError
-    from raybench.pipeline import _encode_complete
     from raybench.sae.grid import run_grid
     from tests.small_run import build_encoded_run
 

@@ -26,13 +26,9 @@ def resolve_config(run_dir: str, config_path: str | None) -> RunConfig:
 
 
 def _local_dir(run_dir: str) -> Path:
-    if "://" in run_dir:
-        raise click.UsageError(f"--run-dir {run_dir}: figures and the report need a local run folder; copy it "
-                               f"first (e.g. `aws s3 sync {run_dir} runs/local`) and pass that folder")
-    path = Path(run_dir)
-    if not path.is_dir():
-        raise click.UsageError(f"--run-dir {run_dir} is not a folder: give the run folder written by `raybench grid`")
-    return path
+    from raybench.analysis.analyze_stage import local_run_dir
+
+    return local_run_dir(run_dir)
 
 
 def _echo_rendered(rendered: Rendered, root: Path) -> None:
@@ -58,13 +54,9 @@ def analyze(run_dir: str, config_path: str | None, num_workers: int | None, stri
     _logging(verbose)
     root = _local_dir(run_dir)
     cfg = resolve_config(run_dir, config_path)  # the run's own run.yaml unless --config
-    from raybench.analysis.completeness import IncompleteGridError
     from raybench.analysis.stage import run_analyze_stage
 
-    try:
-        result = run_analyze_stage(cfg, num_workers=num_workers, allow_incomplete=allow_incomplete)
-    except IncompleteGridError as err:
-        raise click.ClickException(str(err)) from None
+    result = run_analyze_stage(cfg, num_workers=num_workers, allow_incomplete=allow_incomplete)
     click.echo(f"tables: {', '.join(sorted(result.tables))}")
     if result.secondary:
         click.echo(f"secondary tables: {', '.join(sorted(result.secondary))}")

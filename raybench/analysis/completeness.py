@@ -16,12 +16,14 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from raybench.errors import RaybenchError
+
 DENOM_COLUMNS = ["n_expected", "n_present", "short_denominator"]
 GRID_COLUMNS = ["arm", "model", "q", "expansion", "seed"]
 MAX_LISTED = 60  # missing cell ids named in the refusal message
 
 
-class AnalysisError(RuntimeError):
+class AnalysisError(RaybenchError, RuntimeError):
     """The run folder cannot be analyzed; the message names the file and what to run first."""
 
 

@@ -27,15 +27,12 @@ def cohort() -> None:
               help="Fraction of deliberately defective records (truncated, NaN/flat/missing lead, wrong rate).")
 def synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction: float) -> None:
     """Write a PTB-XL-shaped synthetic cohort with known concept values (ground_truth.csv)."""
-    from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.cohorts.stage import write_synth_cohort
 
     if patients > records:
         raise click.BadParameter(f"--patients ({patients}) must not exceed --records ({records})")
     start = time.perf_counter()
-    try:
-        path = generate_synth_cohort(out, records, patients, seed, bad_fraction)
-    except FileExistsError as err:  # --out names a folder that is not ours to replace
-        raise click.ClickException(str(err)) from None
+    path = write_synth_cohort(out, records, patients, seed, bad_fraction)
     took = time.perf_counter() - start
     click.echo(f"wrote {records} records ({patients} patients) to {path} in {took:.1f} s "
                f"({records / took:.0f} records/s)")

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
-from raybench.config import MODELS, ConfigError
-from raybench.paths import RunLayout
+from raybench.config import MODELS
 
 
 @click.command()
@@ -29,40 +26,17 @@ def encode(run_dir: str | None, config_path: str | None, models: str | None, siz
     Complete stores (same manifest hash and encoder fingerprint) are skipped, so rerunning after an
     interruption only does the remaining work. Bad records go to activations/<model>/quarantine.csv.
     """
-    from raybench.encoders.extract import ExtractionError, extract_activations
-    from raybench.pipeline import encoder_spec, stage_config, stamp_run
-    from raybench.ray_session import init_ray
+    from raybench.encoders.stage import check_encodable, encode_models, with_encoder_overrides
+    from raybench.pipeline import stage_config, stamp_run
 
-    cfg = stage_config(run_dir, config_path)
-    overrides = {k: v for k, v in {"size": size, "batch_size": batch_size, "num_gpus": num_gpus}.items()
-                 if v is not None}
-    try:
-        enc_cfg = dataclasses.replace(cfg.encoders, **overrides)
-        enc_cfg.validate()
-    except ConfigError as err:
-        raise click.ClickException(str(err)) from None
-    cfg = dataclasses.replace(cfg, encoders=enc_cfg)
-    run_dir = cfg.run_dir
-    if "://" in run_dir:
-        raise click.ClickException(f"--run-dir {run_dir}: activation stores are memory-mapped files and need a "
-                                   "local (or mounted) folder")
-    manifest = RunLayout.at(run_dir).manifest
-    if not manifest.exists():
-        raise click.ClickException(f"no manifest at {manifest}; build it first with `raybench manifest`")
+    cfg = with_encoder_overrides(stage_config(run_dir, config_path), size=size, batch_size=batch_size,
+                                 num_gpus=num_gpus)
     names = [m.strip() for m in models.split(",") if m.strip()] if models else list(cfg.protocol.grid.models)
     if not names:
-        raise click.ClickException("--models is empty")
+        raise click.BadParameter("is empty", param_hint="--models")
+    check_encodable(cfg)
     what = f"--config {config_path}" if config_path else "the run's config"
     stamp_run(cfg, f"{what} with --size {size}" if size else what)  # --size changes results: same check
-
-    init_ray(cfg.resources)
-    for name in names:
-        spec = encoder_spec(cfg, name)
-        try:
-            summary = extract_activations(manifest, run_dir, spec, enc_cfg, progress=not quiet,
-                                          depths=None if all_layers else cfg.protocol.grid.depths)
-        except (ExtractionError, KeyError, ValueError) as err:
-            raise click.ClickException(f"{name}: {err}") from err
+    for line in encode_models(cfg, names, all_layers=all_layers, progress=not quiet):
         if not quiet:
-            click.echo(f"{name}: layers written {summary['layers']}, already complete {summary['skipped_layers']}, "
-                       f"{summary['records']} records, {summary['quarantined']} quarantined")
+            click.echo(line)

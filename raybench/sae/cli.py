@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import click
 
 
@@ -17,26 +15,13 @@ import click
 @click.option("--max-concurrent", type=int, default=None, help="Cap on concurrent trials (0: as resources allow).")
 def train(config_path: str | None, run_dir: str | None, trial_gpus: float | None, max_concurrent: int | None) -> None:
     """Train every missing cell (450 primary + 90 sensitivity) and write tables/cells.parquet."""
-    from raybench.encoders.store import StoreError
     from raybench.pipeline import stage_config, stamp_run
-    from raybench.sae.grid import run_grid
+    from raybench.sae.stage import check_trainable, train_run, with_trial_resources
 
-    cfg = stage_config(run_dir, config_path)
-    if "://" in cfg.run_dir:
-        raise click.ClickException(f"--run-dir {cfg.run_dir}: `raybench train` needs a local (or mounted) run "
-                                   "folder; `raybench grid` works on s3:// runs")
-    res = cfg.resources
-    if trial_gpus is not None:
-        res = replace(res, trial_gpus=trial_gpus)
-    if max_concurrent is not None:
-        res = replace(res, max_concurrent_trials=max_concurrent)
-    res.validate()
-    cfg = replace(cfg, resources=res)
+    cfg = with_trial_resources(stage_config(run_dir, config_path), trial_gpus, max_concurrent)
+    check_trainable(cfg)
     stamp_run(cfg, f"--config {config_path}" if config_path else "the run's config")
-    try:
-        table = run_grid(cfg, verbose=1)
-    except (StoreError, FileNotFoundError) as err:
-        raise click.ClickException(str(err)) from None
+    table = train_run(cfg, verbose=1)
     ok = int((table["status"] == "ok").sum())
     click.echo(f"{ok}/{len(table)} cells ok; table: {cfg.run_dir}/tables/cells.parquet")
     failed = table[table["status"] != "ok"]
