@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+# Tests mirror the package tree (tests/<package>/test_<module>.py) and share helpers (fake_run, small_run, a
+# fixture writer in another test module): every test folder is importable by module name; basenames are unique.
+for _folder in sorted({TESTS, *(p.parent for p in TESTS.rglob("test_*.py"))}, reverse=True):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PTBXL_SAMPLE = Path(os.environ.get("RAYBENCH_PTBXL_SAMPLE", SHARED / "ptbxl-sample"))

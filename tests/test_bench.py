@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_elastic import ray_env
+from tests.sae.test_grid_elastic import ray_env
 
 ROOT = Path(__file__).resolve().parents[1]
 

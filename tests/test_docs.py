@@ -38,7 +38,7 @@ CLIMB = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?\.parents\[(\d+)\]")
 SAMPLE_LOOKUPS = {
     "tests/conftest.py": "PTB-XL sample folder of the `ptbxl_sample` fixture (skips when absent; "
                          "RAYBENCH_PTBXL_SAMPLE overrides it)",
-    "tests/test_synth.py": "PTB-XL sample header, compared with the synthetic cohort's columns only when present",
+    "tests/cohorts/test_synth.py": "PTB-XL sample header, compared with the synthetic columns only when present",
 }
 # rule 4
 CITATION = re.compile(r"docs/(protocol|architecture)\.md((?:(?:\s*,\s*|\s+and\s+|\s+)§\d+(?:\.\d+)*)+)")

@@ -1,7 +1,7 @@
 """Record ids never reach a shareable artifact of a credentialed (MIMIC) run, and `raybench export` copies
 only the allow-list.
 
-A MIMIC-shaped fixture run: the real MIMIC manifest builder on tests/test_mimic.py's fixture, the finished
+A MIMIC-shaped fixture run: the real MIMIC manifest builder on tests/cohorts/test_mimic.py's fixture, the finished
 tables of tests/fake_run.py, and two planted trial failures whose messages list the fixture's study and
 subject ids (a pandas KeyError raised the way a stale activation store raises it, wrapped the way Ray Tune
 reports it, and a traceback text naming a record path). They go through the SAE stage's real failure path

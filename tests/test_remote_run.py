@@ -57,7 +57,7 @@ def cluster(tmp_path_factory):
 
     dep_error = ray._private.utils.get_dashboard_dependency_error()
     assert dep_error is None, f"Ray Jobs needs the dashboard: pip install 'ray[default]==2.60.0' ({dep_error})"
-    from tests.test_elastic import ray_env
+    from tests.sae.test_grid_elastic import ray_env
 
     tmp = tmp_path_factory.mktemp("remote")
     token = secrets.token_hex(16)

@@ -4,7 +4,7 @@ patient bootstrap of paired correlations. Ridge readouts are in ridge.py, the ma
 in matched_effect.py; Pearson r from sums and per-patient sums are raybench.sufficient_stats'.
 
 Everything here is numpy/scipy (torch only for BatchTopK) and independent of the run folder, so each
-piece is checked against an independent formula in tests/test_secondary_estimators.py.
+piece is checked against an independent formula in tests/analysis/secondary/test_estimators.py.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # when run as the scenario driver script
     sys.path.insert(0, str(ROOT))
 

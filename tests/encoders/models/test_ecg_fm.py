@@ -31,7 +31,7 @@ from raybench.encoders.models._wav2vec2 import (
     standardize_leads,
 )
 
-PARITY = Path(__file__).resolve().parent / "parity"
+PARITY = Path(__file__).resolve().parents[2] / "parity"
 sys.path.insert(0, str(PARITY))
 from weights import det_state_dict  # noqa: E402
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from test_waveform_concepts import make_record  # tests/ is on sys.path (pytest rootdir-relative import)
+from test_waveform_concepts import make_record  # every test folder is on sys.path (tests/conftest.py)
 
 from raybench.cohorts.manifest import BASE_COLUMNS, ManifestError, load_manifest
 from raybench.cohorts.mimic import build_mimic_manifest

@@ -15,7 +15,7 @@ from raybench.cohorts.panel import WAVEFORM_CONCEPTS, concept_names
 from raybench.cohorts.synth import DEFECTS, PTBXL_COLUMNS, ensure_synth_cohort, generate_synth_cohort
 from raybench.cohorts.waveforms import LEADS, read_record
 
-SAMPLE_HEADER = Path(__file__).resolve().parents[2] / "shared" / "ptbxl-sample" / "ptbxl_database.csv"
+SAMPLE_HEADER = Path(__file__).resolve().parents[3] / "shared" / "ptbxl-sample" / "ptbxl_database.csv"
 
 
 @pytest.fixture(scope="module")

@@ -135,7 +135,7 @@ def test_preprocess_shapes(profile):
 
 
 def test_demo_projection_and_native_shape_error():
-    """Shape, determinism, seeds and freezing: tests/test_encoder_conformance.py; here what is CARDIAC-FM's own."""
+    """Shape, determinism, seeds, freezing: tests/encoders/models/test_conformance.py; here CARDIAC-FM's own."""
     a = build_encoder(EncoderSpec("cardiac_fm", init_seed=5))
     x = batch(a)
     assert a.pooled_projection(x).shape == (2, 32)

@@ -16,13 +16,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 from safetensors.torch import save_file
-from test_encoder_hubert_ecg import TINY, fake_upstream_module, hubert_ecg_folder, training_checkpoint
+from test_hubert_ecg import TINY, fake_upstream_module, hubert_ecg_folder, training_checkpoint
 
 from raybench.cli import main
 from raybench.encoders import checkpoint_cli
 from raybench.encoders.base import EncoderSpec, build_encoder
 
-FAIRSEQ_FAKE = Path(__file__).resolve().parent / "parity" / "fairseq_ckpt_dictconfig.pt"
+FAIRSEQ_FAKE = Path(__file__).resolve().parents[1] / "parity" / "fairseq_ckpt_dictconfig.pt"
 
 
 def run(*args: str):
