@@ -227,7 +227,9 @@ def _bh(rows: list[tuple], p_at: int) -> list[tuple]:
 
 def crossed_auc_rows(models: Sequence[str], point: np.ndarray, draws: np.ndarray, lo: float,
                      hi: float) -> list[tuple[str, float, float, float, float]]:
-    """(model, auc, ci_low, ci_high, rank1_prob) per model from crossed draws [n, M]."""
+    """(model, auc, ci_low, ci_high, rank1_prob) per model from crossed draws [n, M]; none without models."""
+    if not len(models):
+        return []
     clo, chi = st.percentile_ci(draws, lo, hi)
     r1 = st.rank1_prob(draws) if len(models) > 1 else np.ones(len(models))
     return [(m, float(point[i]), float(clo[i]), float(chi[i]), float(r1[i])) for i, m in enumerate(models)]

@@ -129,7 +129,7 @@ def paper_tables(layout: RunLayout, protocol: Protocol, ok: pd.DataFrame, point:
     out["reproducibility_pairs"] = attach(repro_pairs, counts(prim_grid, ["model", "q", "expansion"]),
                                           {"model": "model", "q": "q", "expansion": "expansion"})
     rows = []
-    for measure in pa.REPRO_MEASURES:
+    for measure in pa.REPRO_MEASURES if pairs_at else ():  # one seed: no pair, reproducibility is undefined
         units = pa.auc_units(rp.assign(value=rp[measure]), models, depths, pairs_at, expansions, unit_col="pair")
         rmodels, rdraws, rpoint = _crossed_units(units, models, protocol, num_workers)
         pub = pa.PUBLISHED_REPRODUCIBILITY[measure]

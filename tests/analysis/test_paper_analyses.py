@@ -355,3 +355,15 @@ def test_small_run_has_the_new_tables_figures_and_sections(tmp_path, ray_cluster
     for stem in NEW_FIGURES:
         assert f'id="fig-{stem}"' in text
     assert "Every denominator is full" in text and "published aggregation" in text
+
+
+def test_crossed_summary_of_no_model_is_empty_not_an_error():
+    """One training seed gives no seed pair, so reproducibility has no model to summarise (the remote-run test's
+    one-seed grid crashed here)."""
+    import numpy as np
+
+    from raybench.analysis import paper_analyses as pa
+
+    assert pa.crossed_auc_rows([], np.zeros(0), np.zeros((10, 0)), 2.5, 97.5) == []
+    rows = pa.crossed_auc_rows(["a", "b"], np.array([0.5, 0.4]), np.array([[0.5, 0.4], [0.6, 0.3]]), 2.5, 97.5)
+    assert [r[0] for r in rows] == ["a", "b"] and rows[0][4] == 1.0
