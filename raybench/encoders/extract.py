@@ -20,222 +20,38 @@ resampled, a short record padded) travels as the record's notes into every layer
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
-from raybench.cohorts.waveforms import RecordError, Waveform, read_record
+from raybench.cohorts.waveforms import RecordError
 from raybench.config import EncoderConfig, layer_for_depth
+from raybench.encoders.actor import EncoderActor, actor_cpus, encode_states
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, worker_builder
-from raybench.encoders.preprocess import SignalError, collect_notes
+from raybench.encoders.loading import (
+    MANIFEST_COLUMNS,
+    Builder,
+    ExtractionError,
+    ManifestRecords,
+    load_batch,
+    native_input,
+    read_manifest_records,
+    split_sizes,
+)
+from raybench.encoders.preprocess import SignalError
 from raybench.encoders.store import QUARANTINE_COLUMNS, ActivationStore
-from raybench.errors import RaybenchError
 
-Builder = Callable[[EncoderSpec], ECGEncoder]
-MANIFEST_COLUMNS = ("ecg_id", "path", "fs", "n_samples", "split")
-
-
-class ExtractionError(RaybenchError, RuntimeError):
-    """The pipeline cannot produce a consistent store (bad manifest, adapter contract broken)."""
-
-
-# ---------------------------------------------------------------- manifest
-
-@dataclass(frozen=True)
-class ManifestRecords:
-    """What extraction needs from a manifest: the ordered records, the data root and the content hash."""
-
-    df: pd.DataFrame  # columns MANIFEST_COLUMNS, ascending unique ecg_id
-    root: str
-    manifest_hash: str
-    path: str
-
-
-def read_manifest_records(manifest_path: str | os.PathLike) -> ManifestRecords:
-    """Load the manifest (its stored hash verified against the content: the hash keys every store) and keep
-    the columns extraction uses."""
-    from raybench.cohorts.manifest import ManifestError, load_manifest
-
-    try:
-        df, info = load_manifest(manifest_path, verify=True)
-    except ManifestError as err:
-        raise ExtractionError(str(err)) from err
-    missing = [c for c in MANIFEST_COLUMNS if c not in df.columns]
-    if missing:
-        raise ExtractionError(f"manifest {manifest_path} lacks columns {missing}; rebuild it with `raybench manifest`")
-    df = df.loc[:, list(MANIFEST_COLUMNS)].copy()
-    df["ecg_id"] = df["ecg_id"].astype(np.int64)
-    df["split"] = df["split"].astype(str)
-    df["path"] = df["path"].astype(str)
-    ids = df["ecg_id"].to_numpy()
-    if len(ids) > 1 and not np.all(np.diff(ids) > 0):
-        raise ExtractionError(f"manifest {manifest_path}: ecg_id must be unique and ascending (manifest order); "
-                              "rebuild it with `raybench manifest`")
-    return ManifestRecords(df=df.reset_index(drop=True), root=str(info.root), manifest_hash=info.manifest_hash,
-                           path=str(manifest_path))
-
-
-def split_sizes(df: pd.DataFrame) -> dict[str, int]:
-    return {str(k): int(v) for k, v in df["split"].value_counts(sort=False).sort_index().items()}
-
-
-# ---------------------------------------------------------------- per-record loading (runs in Ray tasks)
-
-_PREPROCESSORS: dict[tuple[EncoderSpec, str], ECGEncoder] = {}
-
-
-def _preprocessor(spec: EncoderSpec, builder: Builder | None, real: bool = False) -> ECGEncoder:
-    """The encoder whose `preprocess` a loading worker uses, built once per worker process.
-
-    Preprocessing is the upstream signal pipeline and does not read weights, so the module is built on
-    the meta device (no memory, no init time, no checkpoint read); an adapter whose preprocess does touch
-    its tensors is rebuilt for real on first failure (`real=True`).
-    """
-    key = (spec, "real" if real else "meta")
-    if key not in _PREPROCESSORS:
-        build = builder or build_encoder
-        if real:
-            _PREPROCESSORS[key] = build(spec)
-        else:
-            try:
-                with torch.device("meta"):
-                    _PREPROCESSORS[key] = build(dataclasses.replace(spec, checkpoint=None))
-            except Exception:
-                _PREPROCESSORS[key] = _preprocessor(spec, builder, real=True)
-    return _PREPROCESSORS[key]
-
-
-def read_input(root: str, row: dict[str, Any]) -> Waveform:
-    """The manifest row's record, checked against the manifest's rate and length (RecordError when bad)."""
-    return read_record(root, row["path"], expect_fs=float(row["fs"]), expect_samples=int(row["n_samples"]))
-
-
-def apply_preprocess(wave: Waveform, preprocess: Callable[[np.ndarray, float], np.ndarray], name: str,
-                     x_shape: tuple[int, ...] | None = None, wrap_errors: bool = True
-                     ) -> tuple[np.ndarray, list[str]]:
-    """One read record -> (native input, notes: the reader's then the preprocessing's). RecordError for a record
-    the model cannot take: its `SignalError` reason, `nonfinite_input`, `bad_input_shape` (when `x_shape` is
-    given), or, with `wrap_errors`, `preprocess_failed` for anything else the preprocessing raised."""
-    with collect_notes() as notes:
-        try:
-            x = np.asarray(preprocess(wave.signal, wave.fs), dtype=np.float32)
-        except SignalError as err:
-            raise RecordError(wave.record, err.reason, f"{name}: {err.detail}") from err
-        except Exception as err:
-            if not wrap_errors:
-                raise
-            raise RecordError(wave.record, "preprocess_failed", f"{name} preprocessing failed on this record "
-                              f"({type(err).__name__}: {err})") from err
-    if x_shape is not None and x.shape != tuple(x_shape):
-        raise RecordError(wave.record, "bad_input_shape", f"{name} preprocessing returned shape {list(x.shape)} "
-                          f"for this record ({wave.signal.shape[1]} samples at {wave.fs:g} Hz), the model takes "
-                          f"{list(x_shape)}")
-    if not np.all(np.isfinite(x)):
-        raise RecordError(wave.record, "nonfinite_input",
-                          f"{name} preprocessing produced non-finite values; check the record's leads")
-    return x, [*wave.notes, *notes]
-
-
-def native_input(root: str, row: dict[str, Any], preprocess: Callable[[np.ndarray, float], np.ndarray],
-                 name: str, notes: list[str] | None = None, x_shape: tuple[int, ...] | None = None) -> np.ndarray:
-    """Read one record and apply a model's native preprocessing. Raises RecordError for bad records (see
-    `apply_preprocess`); what was changed in a kept record is appended to `notes` when given."""
-    x, got = apply_preprocess(read_input(root, row), preprocess, name, x_shape)
-    if notes is not None:
-        notes.extend(got)
-    return x
-
-
-def _worker_native(root: str, row: dict[str, Any], spec: EncoderSpec, builder: Builder | None,
-                   x_shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, list[str]]:
-    wave = read_input(root, row)
-    try:
-        return apply_preprocess(wave, _preprocessor(spec, builder).preprocess, spec.name, x_shape, wrap_errors=False)
-    except RecordError:
-        raise
-    except Exception:  # preprocess needs real tensors: rebuild this worker's copy for real
-        return apply_preprocess(wave, _preprocessor(spec, builder, real=True).preprocess, spec.name, x_shape)
-
-
-def load_batch(batch: dict[str, np.ndarray], *, root: str, spec: EncoderSpec, builder: Builder | None,
-               x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """Ray Data UDF: a batch of manifest rows -> native inputs; bad records flagged (zeros), never raised."""
-    n = len(batch["ecg_id"])
-    x = np.zeros((n, *x_shape), dtype=np.float32)
-    ok = np.ones(n, dtype=bool)
-    reason = np.full(n, "", dtype=object)
-    detail = np.full(n, "", dtype=object)
-    notes = np.full(n, "[]", dtype=object)  # JSON lists: what was changed in each kept record
-    for i in range(n):
-        row = {k: batch[k][i] for k in ("path", "fs", "n_samples")}
-        try:
-            x[i], got = _worker_native(root, row, spec, builder, x_shape)
-        except RecordError as err:
-            ok[i], reason[i], detail[i] = False, err.reason, err.detail
-            continue
-        notes[i] = json.dumps(got)
-    return {"ecg_id": batch["ecg_id"].astype(np.int64), "split": batch["split"].astype(object),
-            "path": batch["path"].astype(object), "ok": ok, "reason": reason, "detail": detail, "notes": notes,
-            "x": x}
-
-
-# ---------------------------------------------------------------- the encoder actor
-
-class EncoderActor:
-    """Ray Data actor UDF: builds the frozen encoder once, then maps native inputs to pooled layer states."""
-
-    def __init__(self, spec: EncoderSpec, layers: Sequence[int], builder: Builder | None = None,
-                 cpu_threads: int | None = None, shared: list | None = None):
-        import ray
-
-        # `shared` = [ObjectRef of the driver's built encoder]: fetching it is much cheaper than a second
-        # build (random init or a checkpoint read of ~90M parameters); otherwise build here.
-        self.encoder = ray.get(shared[0]) if shared else (builder or build_encoder)(spec)
-        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-        if self.gpu_ids and torch.cuda.is_available():
-            self.device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the assigned GPU(s)
-        else:
-            self.device = torch.device("cpu")
-            if cpu_threads:
-                torch.set_num_threads(cpu_threads)
-        self.encoder.to(self.device)
-        self.layers = list(layers)
-        self.label = f"{self.device}" + (f" (gpu {','.join(self.gpu_ids)} assigned)" if self.gpu_ids else "")
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        ok = batch["ok"]
-        n = len(ok)
-        states = np.zeros((n, len(self.layers), self.encoder.d), dtype=np.float32)
-        if ok.any():
-            states[ok] = encode_states(self.encoder, batch["x"][ok], self.layers, self.device)
-        out = {k: batch[k] for k in ("ecg_id", "split", "path", "ok", "reason", "detail", "notes")}
-        out["states"] = states
-        out["device"] = np.full(n, self.label, dtype=object)
-        return out
-
-
-def encode_states(encoder: ECGEncoder, x: np.ndarray, layers: Sequence[int],
-                  device: torch.device | str = "cpu") -> np.ndarray:
-    """[B, ...] native inputs -> [B, len(layers), d] float32 pooled states (inference mode)."""
-    with torch.inference_mode():
-        out = encoder.layer_states(torch.from_numpy(np.ascontiguousarray(x)).to(device))
-    expected = (encoder.n_layers, len(x), encoder.d)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ExtractionError(f"{encoder.name}.layer_states returned {got}, expected a tensor {expected} "
-                              "(n_layers, batch, d)")
-    return out[list(layers)].transpose(0, 1).float().cpu().numpy()
+__all__ = ["MANIFEST_COLUMNS", "Builder", "EncoderActor", "ExtractionError", "ManifestRecords", "actor_cpus",
+           "encode_states", "extract_activations", "load_batch", "native_input", "plain_loop_activations",
+           "read_manifest_records", "split_sizes"]
 
 
 # ---------------------------------------------------------------- driver
@@ -405,15 +221,6 @@ def _release_failed_pipeline(baseline: dict[str, float], timeout_s: float = 30.0
         if all(free.get(k, 0.0) >= v - 1e-9 for k, v in baseline.items()) or time.monotonic() > deadline:
             return
         time.sleep(0.2)
-
-
-def actor_cpus(num_gpus: float, max_actors: int, cluster_cpus: float) -> float:
-    """CPUs each encoder actor reserves. On CPU the loading step is fused into the actor (1 CPU each). With a
-    GPU share, loading runs in separate 1-CPU tasks: the actors together leave at least one CPU of the cluster
-    for them (fractional reservations), or the stream would wait forever for its first batch."""
-    if num_gpus <= 0:
-        return 1.0
-    return max(0.0, min(1.0, (cluster_cpus - 1.0) / max_actors))
 
 
 def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConfig, layers: list[int],

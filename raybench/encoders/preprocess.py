@@ -2,7 +2,7 @@
 
 Two things here are about the encoder boundary rather than one model:
   * `SignalError(reason, detail)`: a record this model cannot take (too short for its filter, a rate its
-    filter cannot run at). `raybench.encoders.extract.native_input` turns it into a quarantine with that reason.
+    filter cannot run at). `raybench.encoders.loading.native_input` turns it into a quarantine with that reason.
   * record notes: what preprocessing changed beyond the model's fixed pipeline (a rate resampled, a record
     shorter than the window zero-padded). Helpers call `note(text)`; `collect_notes()` gathers them per
     record, and extraction writes them into the store's index.json. Outside `collect_notes` `note` is a no-op.

@@ -23,7 +23,8 @@ from torch import nn
 from raybench.cohorts.waveforms import RecordError, read_record
 from raybench.config import EncoderConfig
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, freeze
-from raybench.encoders.extract import extract_activations, native_input, plain_loop_activations
+from raybench.encoders.extract import extract_activations, plain_loop_activations
+from raybench.encoders.loading import native_input
 from raybench.encoders.preprocess import crop_or_pad_start, resample
 from raybench.encoders.store import ActivationStore
 

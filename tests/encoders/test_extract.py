@@ -242,7 +242,7 @@ def test_crash_releases_actors_so_an_immediate_rerun_on_a_full_node_runs(ray_clu
 
 
 def test_actor_cpu_reservation_leaves_a_cpu_for_loading():
-    from raybench.encoders.extract import actor_cpus
+    from raybench.encoders.actor import actor_cpus
 
     assert actor_cpus(0.0, 2, 2) == 1.0  # CPU only: loading is fused into the actor
     assert actor_cpus(0.25, 1, 2) == 1.0

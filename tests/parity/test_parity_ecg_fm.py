@@ -22,7 +22,7 @@ would give 5002 and shift every sample), per-lead standardization over the whole
 segment, the first 5-s segment (ECG-FM) / first 10 s (CARDIAC-FM), the published FFT resampling + float32
 z-score, and which tensor is "the layer" (post-LayerNorm block output) and how tokens are pooled. Not pinned:
 the native rule `sum / count(non-zero)` vs a plain mean - on unpadded inputs no post-LN output is exactly 0,
-so both give the same numbers (the rule is kept because it is upstream's; see `_wav2vec2.nonzero_mean`).
+so both give the same numbers (the rule is kept because it is upstream's; see `wav2vec2_io.nonzero_mean`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import pytest
 import torch
 
 from raybench.encoders.base import freeze
-from raybench.encoders.models._wav2vec2 import FULL, W2VConfig
 from raybench.encoders.models.cardiac_fm import CardiacFMEncoder
 from raybench.encoders.models.ecg_fm import ECGFMEncoder
+from raybench.encoders.models.wav2vec2_config import FULL, W2VConfig
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -170,7 +170,7 @@ def test_end_to_end_synthetic_record(model, profile, states):
 
 def test_round_instead_of_int_resample_length_fails_parity(inputs, monkeypatch):
     """round(T * 500 / fs) (5002 for the synthetic record) instead of upstream's int() (5001) moves every sample."""
-    from raybench.encoders.models import _wav2vec2, ecg_fm
+    from raybench.encoders.models import ecg_fm, wav2vec2_io
 
     def rounded(x, fs_in, fs_out):
         t = x.shape[-1]
@@ -180,14 +180,14 @@ def test_round_instead_of_int_resample_length_fails_parity(inputs, monkeypatch):
     signal, fs = synthetic_signal()
     assert int(signal.shape[-1] * (500 / fs)) != round(signal.shape[-1] * (500 / fs))
     monkeypatch.setattr(ecg_fm, "linear_resample", rounded)
-    assert _wav2vec2.linear_resample is not rounded
+    assert wav2vec2_io.linear_resample is not rounded
     ours = build("ecg_fm", "native").preprocess(signal, fs)
     assert rel_err(ours, upstream_input(inputs, "ecg_fm", "native")[1]) > 1e-2
 
 
 def test_standardizing_the_segment_instead_of_the_record_fails_parity(inputs):
     """Upstream standardizes the whole 500-Hz record, then cuts the 5-s segment."""
-    from raybench.encoders.models._wav2vec2 import linear_resample, standardize_leads
+    from raybench.encoders.models.wav2vec2_io import linear_resample, standardize_leads
 
     signal, fs = synthetic_signal()
     segment_first = standardize_leads(linear_resample(signal, fs, 500)[:, :2500]).astype(np.float32)

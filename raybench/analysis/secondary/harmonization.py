@@ -105,8 +105,8 @@ def encode_model(spec: EncoderSpec, layer: int, chunks: list[list[np.ndarray]], 
     import ray
     import torch
 
+    from raybench.encoders.actor import encode_states
     from raybench.encoders.base import build_encoder
-    from raybench.encoders.extract import encode_states
 
     torch.set_num_threads(1)
     chunks = [ray.get(c) if isinstance(c, ray.ObjectRef) else c for c in chunks]  # refs nested in a list stay refs

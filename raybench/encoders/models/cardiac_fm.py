@@ -48,22 +48,18 @@ from raybench.encoders.base import (
     load_torch_checkpoint,
     register_encoder,
 )
-from raybench.encoders.models._wav2vec2 import (
-    DEMO,
-    FULL,
+from raybench.encoders.models.ecg_fm import PUBLISHED_PARAMS, REVISION, key_report, preprocess_w2v
+from raybench.encoders.models.wav2vec2 import Wav2Vec2ECG
+from raybench.encoders.models.wav2vec2_config import DEMO, FULL, W2VConfig
+from raybench.encoders.models.wav2vec2_io import check_batch, nonzero_mean, pool_tokens
+from raybench.encoders.models.wav2vec2_state import (
     VARIANT_CLASSIFIER,
     VARIANT_ENCODER_ONLY,
     VARIANT_PRETRAINED,
-    W2VConfig,
-    Wav2Vec2ECG,
-    check_batch,
     ecg_fm_variant,
-    nonzero_mean,
-    pool_tokens,
     require_tensors,
     to_legacy_weight_norm,
 )
-from raybench.encoders.models.ecg_fm import PUBLISHED_PARAMS, REVISION, key_report, preprocess_w2v
 
 SAMPLES = 5000
 DP_PREFIX = "module."  # nn.DataParallel wrapper

@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from raybench.encoders.base import CheckpointError, ECGEncoder, EncoderSpec, load_torch_checkpoint, register_encoder
-from raybench.encoders.models._vit import (
+from raybench.encoders.models.vit import (
     build_sized,
     check_input,
     crop_center,
@@ -190,7 +190,7 @@ class CSFMEncoder(ECGEncoder):
             return fft_resample_to(published_12lead(signal), SAMPLES, np.float32).astype(np.float32)
         x = np.asarray(signal, dtype=np.float64)
         x = resample_rate(x, fs, FS, int(x.shape[-1] * FS / fs))
-        x = _nk_clean(x, FS)
+        x = nk_clean(x, FS)
         x = crop_center(pad_end(x, SAMPLES), SAMPLES)
         x = (x - x.mean(axis=-1, keepdims=True)) / (x.std(axis=-1, keepdims=True) + ZSCORE_EPS)
         return x.astype(np.float32)
@@ -223,7 +223,7 @@ class CSFMEncoder(ECGEncoder):
         return torch.stack(cls)
 
 
-def _nk_clean(x: np.ndarray, fs: int, powerline: float = 50.0) -> np.ndarray:
+def nk_clean(x: np.ndarray, fs: int, powerline: float = 50.0) -> np.ndarray:
     """Upstream cleaning, neurokit2's default `ecg_clean`: order-5 Butterworth 0.5 Hz high-pass (zero phase),
     then its powerline filter (a zero-phase moving average over fs/50 samples). Written out with scipy so
     all 12 leads are filtered in one call; tests check it equals `nk.ecg_clean` lead by lead. float64."""

@@ -3,7 +3,7 @@
 Checkpoint: the fairseq dict `{'cfg': {...}, 'model': state_dict, ...}` of `mimic_iv_ecg_physionet_pretrained.pt`
 (model `wav2vec2_cmsc`). `cfg` may be a plain dict or an omegaconf DictConfig, `args` an argparse Namespace,
 the optimizer history may hold numpy scalars: the file is read with `torch.load(weights_only=True)` and an
-allow-list of exactly those globals (`_fairseq.load_fairseq_checkpoint`), never a full unpickle. The
+allow-list of exactly those globals (`fairseq_checkpoint.load_fairseq_checkpoint`), never a full unpickle. The
 architecture is read from `cfg['model']` (or the legacy `args`), so the loaded model is exactly the one the
 file describes; `spec.size` only picks the seeded-init architecture when no checkpoint is given.
 `inspect_checkpoint(path)` reports what would load (for `raybench checkpoint inspect`).
@@ -46,21 +46,17 @@ from raybench.encoders.base import (
     load_state_dict_strict,
     register_encoder,
 )
-from raybench.encoders.models._fairseq import load_fairseq_checkpoint, model_config
-from raybench.encoders.models._wav2vec2 import (
-    DEMO,
-    FULL,
-    W2VConfig,
-    Wav2Vec2ECG,
+from raybench.encoders.models.fairseq_checkpoint import load_fairseq_checkpoint, model_config
+from raybench.encoders.models.wav2vec2 import Wav2Vec2ECG
+from raybench.encoders.models.wav2vec2_config import DEMO, FULL, W2VConfig
+from raybench.encoders.models.wav2vec2_io import (
     check_batch,
-    ecg_fm_variant,
     fft_resample_to,
     linear_resample,
     pool_tokens,
-    require_tensors,
     standardize_leads,
-    to_legacy_weight_norm,
 )
+from raybench.encoders.models.wav2vec2_state import ecg_fm_variant, require_tensors, to_legacy_weight_norm
 from raybench.encoders.preprocess import crop_or_pad_start, note, note_resample, zscore_leads
 
 FS = 500

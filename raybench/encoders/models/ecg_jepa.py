@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from raybench.encoders.base import ECGEncoder, EncoderSpec, load_torch_checkpoint, register_encoder
-from raybench.encoders.models._vit import (
+from raybench.encoders.models.vit import (
     build_sized,
     check_input,
     fft_resample_to,

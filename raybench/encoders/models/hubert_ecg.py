@@ -60,7 +60,8 @@ from raybench.encoders.base import (
     load_torch_checkpoint,
     register_encoder,
 )
-from raybench.encoders.models._wav2vec2 import check_batch, require_tensors, to_parametrized_weight_norm
+from raybench.encoders.models.wav2vec2_io import check_batch
+from raybench.encoders.models.wav2vec2_state import require_tensors, to_parametrized_weight_norm
 from raybench.encoders.preprocess import crop_or_pad_start, fir_bandpass, note, note_resample, zscore_leads
 
 FS = 500

@@ -47,7 +47,7 @@ from scipy import signal as sps
 from torch import nn
 
 from raybench.encoders.base import ECGEncoder, EncoderSpec, load_torch_checkpoint, register_encoder
-from raybench.encoders.models._vit import (
+from raybench.encoders.models.vit import (
     build_sized,
     check_input,
     crop_center,

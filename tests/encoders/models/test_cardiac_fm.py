@@ -10,7 +10,8 @@ import torch
 
 from raybench.encoders.base import CheckpointError, EncoderSpec, build_encoder
 from raybench.encoders.models import cardiac_fm
-from raybench.encoders.models._wav2vec2 import DEMO, Wav2Vec2ECG
+from raybench.encoders.models.wav2vec2 import Wav2Vec2ECG
+from raybench.encoders.models.wav2vec2_config import DEMO
 
 PROJ_KEYS = {"ecg_projection.0.weight", "ecg_projection.0.bias", "ecg_projection.2.weight", "ecg_projection.2.bias"}
 

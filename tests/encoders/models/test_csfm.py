@@ -254,11 +254,11 @@ def test_full_size_states():
 def test_vectorized_cleaning_equals_neurokit_ecg_clean():
     import neurokit2 as nk
 
-    from raybench.encoders.models.csfm import _nk_clean
+    from raybench.encoders.models.csfm import nk_clean
 
     rng = np.random.default_rng(0)
     t = np.arange(2500) / 250.0
     x = (np.sin(2 * np.pi * 1.2 * t)[None] + 0.3 * np.sin(2 * np.pi * 50 * t)[None] + 0.5 * t[None]
          + 0.05 * rng.standard_normal((12, 2500))).astype(np.float32)
     ref = np.stack([nk.ecg_clean(lead.astype(np.float64), sampling_rate=250) for lead in x])
-    np.testing.assert_allclose(_nk_clean(x, 250), ref, atol=1e-5)
+    np.testing.assert_allclose(nk_clean(x, 250), ref, atol=1e-5)

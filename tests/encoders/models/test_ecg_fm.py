@@ -18,18 +18,10 @@ from torch import nn
 
 from raybench.encoders.base import CheckpointError, EncoderSpec, build_encoder
 from raybench.encoders.models import ecg_fm
-from raybench.encoders.models._fairseq import FAIRSEQ_GLOBALS, load_fairseq_checkpoint
-from raybench.encoders.models._wav2vec2 import (
-    FULL,
-    TransformerLayer,
-    W2VConfig,
-    Wav2Vec2ECG,
-    WeightNormConv1d,
-    linear_resample,
-    nonzero_mean,
-    parse_conv_layers,
-    standardize_leads,
-)
+from raybench.encoders.models.fairseq_checkpoint import FAIRSEQ_GLOBALS, load_fairseq_checkpoint
+from raybench.encoders.models.wav2vec2 import TransformerLayer, Wav2Vec2ECG, WeightNormConv1d
+from raybench.encoders.models.wav2vec2_config import FULL, W2VConfig, parse_conv_layers
+from raybench.encoders.models.wav2vec2_io import linear_resample, nonzero_mean, standardize_leads
 
 PARITY = Path(__file__).resolve().parents[2] / "parity"
 sys.path.insert(0, str(PARITY))

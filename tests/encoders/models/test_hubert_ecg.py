@@ -15,7 +15,7 @@ from transformers import HubertConfig, HubertModel
 
 from raybench.encoders.base import CheckpointError, EncoderSpec, build_encoder
 from raybench.encoders.models import hubert_ecg
-from raybench.encoders.models._wav2vec2 import scale_minus1_1
+from raybench.encoders.models.wav2vec2_io import scale_minus1_1
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, conv_dim=(16,) * 5,
             conv_kernel=(10, 3, 3, 2, 2), conv_stride=(4, 2, 2, 2, 2), num_conv_pos_embeddings=8,
