@@ -190,3 +190,18 @@ def worker_builder(name: str) -> Callable[[EncoderSpec], ECGEncoder] | None:
     if name in BUILTIN or name in plugins or name not in _REGISTRY:
         return None
     return functools.partial(build_with, _REGISTRY[name])
+
+
+def key_report(expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> dict:
+    """loaded / missing / extra keys (and shape mismatches) of `state` against a model's state dict, with the
+    parameter counts: `n_params` loaded, `n_params_model` the model's."""
+    loaded = sorted(k for k in expected if k in state and tuple(state[k].shape) == tuple(expected[k].shape))
+    return {
+        "loaded": loaded,
+        "missing": sorted(set(expected) - set(state)),
+        "extra": sorted(set(state) - set(expected)),
+        "shape_mismatch": sorted(f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
+                                 if k in state and tuple(state[k].shape) != tuple(v.shape)),
+        "n_params": int(sum(expected[k].numel() for k in loaded)),
+        "n_params_model": int(sum(v.numel() for v in expected.values())),
+    }

@@ -30,26 +30,11 @@ from typing import Any
 import click
 import torch
 
-from raybench.encoders.base import CheckpointError, EncoderSpec, load_torch_checkpoint
+from raybench.encoders.base import CheckpointError, EncoderSpec, key_report, load_torch_checkpoint
 
 REPORT_KEYS = ("loaded", "missing", "extra", "shape_mismatch")
 # published-count attributes an adapter module may define, in the order they are looked up (generic path)
 PUBLISHED_ATTRS = ("PUBLISHED_PARAMS", "PUBLISHED_BACKBONE_PARAMS", "UPSTREAM_PARAMS", "UPSTREAM_TINY_PARAMS")
-
-
-def key_report(expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> dict:
-    """loaded / missing / extra keys (and shape mismatches) of `state` against a model's state dict, with the
-    parameter counts: `n_params` loaded, `n_params_model` the model's."""
-    loaded = sorted(k for k in expected if k in state and tuple(state[k].shape) == tuple(expected[k].shape))
-    return {
-        "loaded": loaded,
-        "missing": sorted(set(expected) - set(state)),
-        "extra": sorted(set(state) - set(expected)),
-        "shape_mismatch": sorted(f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
-                                 if k in state and tuple(state[k].shape) != tuple(v.shape)),
-        "n_params": int(sum(expected[k].numel() for k in loaded)),
-        "n_params_model": int(sum(v.numel() for v in expected.values())),
-    }
 
 
 # ---------------------------------------------------------------- generic path

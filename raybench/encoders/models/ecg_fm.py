@@ -43,6 +43,7 @@ from raybench.encoders.base import (
     CheckpointError,
     ECGEncoder,
     EncoderSpec,
+    key_report,
     load_state_dict_strict,
     register_encoder,
 )
@@ -131,20 +132,6 @@ def load_checkpoint(path: str) -> ECGFMEncoder:
     model = ECGFMEncoder(cfg)
     load_state_dict_strict(model.model, state, str(path))
     return model
-
-
-def key_report(expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> dict:
-    """loaded / missing / extra keys (and shape mismatches) of `state` against a model's state dict."""
-    loaded = sorted(k for k in expected if k in state and tuple(state[k].shape) == tuple(expected[k].shape))
-    return {
-        "loaded": loaded,
-        "missing": sorted(set(expected) - set(state)),
-        "extra": sorted(set(state) - set(expected)),
-        "shape_mismatch": sorted(f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
-                                 if k in state and tuple(state[k].shape) != tuple(v.shape)),
-        "n_params": int(sum(expected[k].numel() for k in loaded)),
-        "n_params_model": int(sum(v.numel() for v in expected.values())),
-    }
 
 
 def inspect_checkpoint(path: str, size: str = "full") -> dict:

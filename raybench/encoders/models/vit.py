@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from scipy import signal as sps
 from torch import nn
 
-from raybench.encoders.base import CheckpointError
+from raybench.encoders.base import CheckpointError, key_report
 from raybench.encoders.preprocess import note, note_pad, note_resample, zscore_leads
 
 # The protocol's shared 12-lead loader resamples every record to this many samples before z-scoring it
@@ -112,21 +112,6 @@ def require_tensors(state: Mapping[str, object], source: str) -> dict[str, torch
     if bad:
         raise CheckpointError(f"{source}: entries are not tensors: {bad[:8]}")
     return dict(state)  # type: ignore[arg-type]
-
-
-def key_report(expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> dict:
-    """loaded / missing / extra keys (and shape mismatches) of `state` against a model's state dict, with the
-    parameter counts: `n_params` loaded, `n_params_model` the model's."""
-    loaded = sorted(k for k in expected if k in state and tuple(state[k].shape) == tuple(expected[k].shape))
-    return {
-        "loaded": loaded,
-        "missing": sorted(set(expected) - set(state)),
-        "extra": sorted(set(state) - set(expected)),
-        "shape_mismatch": sorted(f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
-                                 if k in state and tuple(state[k].shape) != tuple(v.shape)),
-        "n_params": int(sum(expected[k].numel() for k in loaded)),
-        "n_params_model": int(sum(v.numel() for v in expected.values())),
-    }
 
 
 def listing(keys: list[str], n: int = 40) -> str:
