@@ -43,3 +43,23 @@ def test_demo_adapter_contract(name, profile):
     torch.testing.assert_close(a.layer_states(x[1:2]), s[:, 1:2], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="expects native inputs"):
         a.layer_states(x[..., : x.shape[-1] // 2])
+
+
+@pytest.mark.parametrize("profile", ["native", "published"])
+@pytest.mark.parametrize("name", ["cardiac_fm", "ecg_fm", "hubert_ecg"])
+def test_real_ptbxl_records_at_both_rates(ptbxl_sample, name, profile):
+    """The 100-Hz and 500-Hz files of one PTB-XL record give time-aligned native inputs and finite states
+    (full size: the models whose native input is built from 500 Hz)."""
+    import pandas as pd
+
+    from raybench.cohorts.waveforms import read_record
+
+    model = build_encoder(EncoderSpec(name, profile=profile))
+    row = pd.read_csv(ptbxl_sample / "ptbxl_database.csv").iloc[0]
+    hr, lr = read_record(ptbxl_sample, row.filename_hr), read_record(ptbxl_sample, row.filename_lr)
+    a, b = model.preprocess(hr.signal, hr.fs), model.preprocess(lr.signal, lr.fs)
+    assert a.shape == b.shape
+    la, lb = a.reshape(12, -1), b.reshape(12, -1)  # per lead (HuBERT's flattening is lead after lead)
+    assert min(np.corrcoef(la[i], lb[i])[0, 1] for i in range(12)) > 0.7
+    s = model.layer_states(torch.from_numpy(np.stack([a, b])))
+    assert s.shape == (model.n_layers, 2, model.d) and torch.isfinite(s).all()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -14,22 +11,7 @@ import torch.nn.functional as F
 from scipy import signal as sps
 
 from raybench.encoders.base import CheckpointError, EncoderSpec, freeze
-
-
-def _adapter(name: str):
-    """Our adapter module. While the package __init__ cannot yet import all six adapters, bypass it."""
-    try:
-        return importlib.import_module(f"raybench.encoders.models.{name}")
-    except ImportError:
-        import raybench.encoders as encoders
-
-        pkg = types.ModuleType("raybench.encoders.models")
-        pkg.__path__ = [str(Path(encoders.__file__).parent / "models")]
-        sys.modules["raybench.encoders.models"] = pkg
-        return importlib.import_module(f"raybench.encoders.models.{name}")
-
-
-csfm = _adapter("csfm")
+from raybench.encoders.models import csfm
 
 
 def make(size: str = "demo", checkpoint: str | None = None, profile: str = "native", seed: int = 0):
