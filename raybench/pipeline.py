@@ -11,6 +11,7 @@ finishes only the remaining work.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -100,7 +101,8 @@ def recorded_run_config(run_dir: str | Path) -> tuple[RunConfig | None, str | No
     raw = read_run_yaml(layout.root)
     if raw is None:
         return None, stamp
-    sections = {k: run_section(raw, k) for k in ("protocol", "cohort", "encoders", "resources")}
+    names = [f.name for f in dataclasses.fields(RunConfig) if f.name != "run_dir"]  # every section, new ones too
+    sections = {k: run_section(raw, k) for k in names}
     if sections["protocol"] is None:
         raise ConfigError(f"{layout.run_yaml} holds no protocol section: pass --config with the run's config")
     try:
