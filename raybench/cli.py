@@ -25,7 +25,10 @@ COMMANDS: dict[str, str] = {
     "logs": "raybench.jobs:logs",
     "stop": "raybench.jobs:stop",
     "export": "raybench.export:export",
+    "features": "raybench.analysis.features.cli:features",
     "checkpoint": "raybench.encoders.checkpoint_cli:checkpoint",
+    "provenance": "raybench.analysis.provenance_audit.cli:provenance",
+    "reliability": "raybench.analysis.reliability.cli:reliability",
 }
 
 
@@ -75,12 +78,16 @@ def _one_line(err: BaseException) -> str:
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="raybench")
-@click.option("--verbose", "-v", is_flag=True, help="Show the full traceback of an error.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Show Ray's own log lines (Ray, Ray Data, Tune) and the full traceback of an error.")
 def main(verbose: bool) -> None:
     """raybench: the ECG-InterpBench SAE audit of frozen ECG foundation models, as one Ray job.
 
     Run `raybench grid` for the embedded demo (synthetic cohort, demo encoders, local Ray).
     """
+    from raybench.ray_session import set_verbose
+
+    set_verbose(verbose)
 
 
 if __name__ == "__main__":

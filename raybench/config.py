@@ -44,7 +44,8 @@ from raybench.protocol import (
 
 __all__ = [
     "MODELS", "RUN_PRESETS", "CohortConfig", "ConfigError", "EncoderConfig", "EvalProtocol",
-    "GridProtocol", "InferenceProtocol", "ModelDims", "Protocol", "ResourceConfig", "RunConfig", "SAEProtocol",
+    "GridProtocol", "InferenceProtocol", "MLflowConfig", "ModelDims", "Protocol", "ResourceConfig", "RunConfig",
+    "SAEProtocol", "TrackingConfig",
     "audited_layers", "demo_protocol", "demo_run", "dump_run_config", "from_dict", "k_for", "layer_for_depth",
     "load_run_config", "paper_native_protocol", "paper_native_run", "paper_protocol", "paper_run", "to_dict",
 ]
@@ -64,6 +65,9 @@ Profile = Literal["native", "published"]
 """Encoder preprocessing profile (§5.5)."""
 TrialUnit = Literal["stack", "layer", "model"]
 """What one Tune trial trains (ResourceConfig.trial_unit)."""
+GpuShare = float | Literal["auto"]
+"""GPUs per encoder actor or SAE trial: a number (a fraction shares one GPU), or auto (raybench.resources: a share
+sized from the worker's memory need when the connected Ray cluster has GPUs, else 0)."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +125,9 @@ class EncoderConfig:
     """Seed of the init of an encoder without a checkpoint."""
     batch_size: int = 32
     """Records per encoder forward pass (speed only)."""
-    num_gpus: float = 0.0
-    """GPUs per encoder actor; a fraction shares a GPU (speed only)."""
+    num_gpus: GpuShare = "auto"
+    """GPUs per encoder actor; a fraction shares a GPU; auto: sized from the encoder's memory need when the
+    cluster has GPUs, else 0 (raybench.resources; speed only)."""
     min_actors: int = 1
     """Fewest encoder actors of the extraction pool (speed only)."""
     max_actors: int = 1
@@ -130,8 +135,7 @@ class EncoderConfig:
 
     def validate(self) -> None:
         check_choices(self, "encoders")
-        if not self.num_gpus >= 0.0:
-            raise ConfigError(f"encoders.num_gpus must be >= 0, got {self.num_gpus}")
+        _check_gpu_share(self.num_gpus, "encoders.num_gpus")
         check_positive(self, "encoders", "batch_size", "min_actors", "max_actors")
         if self.min_actors > self.max_actors:
             raise ConfigError("encoders.min_actors must be <= encoders.max_actors")
@@ -149,8 +153,14 @@ class ResourceConfig:
     """GPUs of a local instance (None: all; logical GPUs are fine for scheduling tests)."""
     trial_cpus: float = 1.0
     """CPUs per SAE trial (also its torch thread count)."""
-    trial_gpus: float = 0.0
-    """GPU fraction per SAE trial, e.g. 0.25 packs four per GPU."""
+    trial_gpus: GpuShare = "auto"
+    """GPU fraction per SAE trial, e.g. 0.25 packs four per GPU; auto: sized from the largest stack's memory need
+    when the cluster has GPUs, else 0 (raybench.resources)."""
+    gpu_memory_gb: float | None = None
+    """Memory of one GPU (GiB) that auto shares are sized against; None: from the cluster's accelerator type
+    (Ray's accelerator_type resource) when raybench knows it, else 16."""
+    max_per_gpu: int = 4
+    """Most encoder actors or trials an auto share packs on one GPU."""
     max_concurrent_trials: int = 0
     """Cap on concurrent trials; 0: as many as resources allow."""
     max_failures: int = 2
@@ -163,10 +173,168 @@ class ResourceConfig:
     def validate(self) -> None:
         check_choices(self, "resources")
         check_positive(self, "resources", "trial_cpus")
-        if self.trial_gpus < 0:
-            raise ConfigError(f"resources.trial_gpus must be >= 0, got {self.trial_gpus}")
+        _check_gpu_share(self.trial_gpus, "resources.trial_gpus")
+        check_positive(self, "resources", "max_per_gpu")
+        if self.gpu_memory_gb is not None and not self.gpu_memory_gb > 0:
+            raise ConfigError(f"resources.gpu_memory_gb must be > 0 or null, got {self.gpu_memory_gb}")
         if self.max_concurrent_trials < 0 or self.max_failures < 0:
             raise ConfigError("resources.max_concurrent_trials and resources.max_failures must be >= 0")
+
+
+def _check_gpu_share(value: GpuShare, where: str) -> None:
+    if value != "auto" and not (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0.0):
+        raise ConfigError(f"{where} must be a number >= 0 or 'auto', got {value!r}")
+
+
+DIAGNOSTIC_SUPERCLASSES = ("NORM", "MI", "STTC", "CD", "HYP")
+"""PTB-XL's diagnostic superclasses (scp_statements.csv diagnostic_class): the provenance audit's targets."""
+
+
+@dataclass(frozen=True)
+class ReliabilityConfig:
+    """The metric reliability audit (docs/protocol.md §11; raybench.analysis.reliability). Not part of config_hash:
+    it reads a finished run and changes none of its results."""
+
+    enabled: bool = False
+    """Run the heavy parts (evaluation reseeds, ground-truth panel, snapshots through training, bias-corrected
+    intervals) as a step of `raybench analyze` / `grid`; `raybench reliability` runs them either way."""
+    cheap: bool = True
+    """Run the cheap parts (training-seed variance decomposition, interval-bias detection, |D|*_3 and the contrast
+    flags) in every analyze (about a second at demo scale)."""
+    reseeds: int = 5
+    """R: evaluation reseeds per sampled cell (selection subset, permutation floor)."""
+    sample_points: int = 2
+    """(depth, E) points sampled for the reseeds and the training curves; every model and seed at each."""
+    fractions: tuple[float, ...] = (0.0, 0.125, 0.25, 0.5, 1.0)
+    """Fractions of training at which snapshots are evaluated."""
+    panel_steps: tuple[int, ...] = (40, 300)
+    """Training steps of the ground-truth panel's SAEs (each combined with every panel E and k)."""
+    panel_expansions: tuple[int, ...] = (1, 2)
+    """Expansions E of the panel's SAEs (synthetic d = 128, 192 true features)."""
+    panel_ks: tuple[int, ...] = (6, 16)
+    """k of the panel's SAEs (the synthetic records have about 12 active features)."""
+    panel_seed: int = 0
+    """Seed of the synthetic activation model."""
+
+    def validate(self) -> None:
+        if self.reseeds < 2:
+            raise ConfigError(f"reliability.reseeds must be >= 2 (a standard deviation), got {self.reseeds}")
+        check_positive(self, "reliability", "sample_points")
+        if not self.fractions or any(not 0.0 <= f <= 1.0 for f in self.fractions) or 1.0 not in self.fractions:
+            raise ConfigError(f"reliability.fractions must lie in [0, 1] and include 1, got {list(self.fractions)}")
+        for name in ("panel_steps", "panel_expansions", "panel_ks"):
+            if not getattr(self, name) or any(v < 1 for v in getattr(self, name)):
+                raise ConfigError(f"reliability.{name} must be a non-empty list of integers >= 1")
+
+
+@dataclass(frozen=True)
+class ProvenanceConfig:
+    """The provenance audit: Recover / Stress / Intervene / Verify per model x depth (docs/protocol.md §12).
+    Not part of config_hash: it reads the finished grid and changes none of its results."""
+
+    enabled: bool = False
+    """Run the audit as a step of `raybench analyze` / `grid` (`raybench provenance` runs it either way)."""
+    variables: tuple[str, ...] = ("device", "site")
+    """Provenance variables u audited, manifest columns (§12.1)."""
+    target: str = "NORM"
+    """Diagnostic superclass of the target y: y = 1 when a record carries it, else 0 (§12.1)."""
+    association_levels: tuple[float, ...] = (1.0, 0.5, 0.0, -0.5, -1.0)
+    """Association levels of the stress resamples: 1 observed, 0 independent, -1 reversed (§12.3)."""
+    ranks: tuple[int, ...] = (1, 2)
+    """Ranks p of the removed provenance component, tried in order (§12.4)."""
+    random_controls: int = 100
+    """Random projections matched in rank and removed energy that a removal must beat (§12.5)."""
+    epsilon: float = 0.01
+    """No reliance: the G interval lies within +-epsilon (§12.5)."""
+    delta: float = 0.01
+    """Largest utility loss a certified removal may cost: 95% lower bound of the AUROC change above -delta."""
+    draws: int = 200
+    """Patient-bootstrap draws of every interval."""
+    min_group_records: int = 20
+    """A provenance group needs this many records in train and in test (and every target class in each) to
+    be audited; smaller groups are left out and named (§12.1)."""
+    c_grid: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0)
+    """Inverse L2 strengths tried for every probe and head, chosen on the validation split."""
+    top_latents: int = 10
+    """SAE latents listed per model x depth x variable by univariate provenance LPI (§12.6)."""
+    flag_bits: float = 0.05
+    """A concept-selected latent is flagged only when its provenance LPI also reaches this many bits (§12.6)."""
+    seed: int = 20261201
+    """Seed of the bootstrap draws and the random controls."""
+
+    def validate(self) -> None:
+        if not self.variables or len(set(self.variables)) != len(self.variables):
+            raise ConfigError(f"provenance.variables must name distinct manifest columns, got {self.variables}")
+        if self.target not in DIAGNOSTIC_SUPERCLASSES:
+            raise not_a_choice("provenance.target", DIAGNOSTIC_SUPERCLASSES, self.target)
+        levels = self.association_levels
+        if 1.0 not in levels or -1.0 not in levels or any(not -1.0 <= a <= 1.0 for a in levels):
+            raise ConfigError(f"provenance.association_levels must lie in [-1, 1] and hold 1 (observed) and -1 "
+                              f"(reversed), got {levels}")
+        if not self.ranks or any(p < 1 for p in self.ranks):
+            raise ConfigError(f"provenance.ranks must be integers >= 1, got {self.ranks}")
+        if not self.c_grid or any(c <= 0 for c in self.c_grid):
+            raise ConfigError(f"provenance.c_grid must be positive numbers, got {self.c_grid}")
+        if self.epsilon < 0 or self.delta < 0 or self.flag_bits < 0:
+            raise ConfigError("provenance.epsilon, provenance.delta and provenance.flag_bits must be >= 0")
+        check_positive(self, "provenance", "random_controls", "draws", "min_group_records", "top_latents")
+
+
+@dataclass(frozen=True)
+class MLflowConfig:
+    """Where Tune's MLflow logger callback writes (raybench.tracking)."""
+
+    uri: str | None = None
+    """MLflow tracking URI; None: a local file store in <run>/mlruns."""
+    experiment: str | None = None
+    """MLflow experiment name; None: raybench-<config hash>."""
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """Experiment tracking of the SAE grid through Ray Tune's logger callbacks (raybench.tracking). Not part of
+    config_hash: it records training, it changes none of its results."""
+
+    tensorboard: bool = False
+    """TensorBoard event files in each Tune trial folder under <run>/tune/."""
+    mlflow: MLflowConfig | None = None
+    """MLflow runs (one per Tune trial); None: off. `mlflow: {}` logs to the run's local file store."""
+    log_every: int = 10
+    """SAE steps between two logged points of a cell's loss curves."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.tensorboard or self.mlflow is not None
+
+    def validate(self) -> None:
+        check_positive(self, "tracking", "log_every")
+
+
+@dataclass(frozen=True)
+class FeaturesConfig:
+    """Feature dashboards of the report (raybench.analysis.features). Not part of config_hash: they read the
+    finished grid and change none of its results."""
+
+    enabled: bool | None = None
+    """Render them in the analyze stage; None: yes for open cohorts, never for credentialed ones (MIMIC), whose
+    record-level waveforms must stay in the environment (`raybench features --out DIR` renders them locally)."""
+    expansion: int | None = None
+    """E of the dashboard cell; None: protocol.eval.calibration_expansion (8)."""
+    depth: float = 1.0
+    """Relative depth q of the dashboard cell (1.0: the final layer)."""
+    seed: int | None = None
+    """Seed of the dashboard cell; None: the lowest seed of the grid."""
+    top_records: int = 3
+    """Top-activating test records drawn per concept."""
+    contrast_records: int = 2
+    """Records drawn near the median and near zero activation, each."""
+    unexplained: int = 8
+    """Most frequently firing latents listed per model that no concept explains."""
+
+    def validate(self) -> None:
+        if not 0.0 <= self.depth <= 1.0:
+            raise ConfigError(f"features.depth must lie in [0, 1], got {self.depth}")
+        check_positive(self, "features", "top_records", "contrast_records", "unexplained")
 
 
 @dataclass(frozen=True)
@@ -183,17 +351,29 @@ class RunConfig:
     """Encoder weights, preprocessing and extraction resources."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     """Ray resources."""
+    provenance: ProvenanceConfig = field(default_factory=ProvenanceConfig)
+    """The provenance audit (outside config_hash)."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Experiment tracking: TensorBoard and/or MLflow (outside config_hash)."""
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    """Feature dashboards of the report (outside config_hash)."""
+    reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
+    """The metric reliability audit (outside config_hash)."""
 
     def validate(self) -> RunConfig:
         validate_sections(self)
         return self
 
-    def config_hash(self) -> str:
-        """Hash of what determines results (protocol, cohort, encoders), not of where or how fast."""
+    def hashed_config(self) -> dict[str, Any]:
+        """What determines results (protocol, cohort, encoders), not where or how fast: what config_hash hashes."""
         payload = {k: to_dict(getattr(self, k)) for k in ("protocol", "cohort", "encoders")}
         payload["encoders"] = {k: v for k, v in payload["encoders"].items()
                                if k not in ("batch_size", "num_gpus", "min_actors", "max_actors")}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return payload
+
+    def config_hash(self) -> str:
+        """Hash of what determines results (hashed_config), not of where or how fast."""
+        return hashlib.sha256(json.dumps(self.hashed_config(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------- presets
@@ -230,8 +410,10 @@ def demo_run(run_dir: str = "runs/demo") -> RunConfig:
         run_dir=run_dir,
         protocol=demo_protocol(),
         cohort=CohortConfig(kind="synth", records=1500, patients=500, seed=7),
-        encoders=EncoderConfig(size="demo", batch_size=64, min_actors=2, max_actors=2),  # both cores
-        resources=ResourceConfig(trial_unit="model"),  # 12 trials: per-trial start-up dominates tiny SAEs
+        # CPU even where the cluster has GPUs (num_gpus/trial_gpus 0, not auto): the demo's tables are then the
+        # same on every machine
+        encoders=EncoderConfig(size="demo", batch_size=64, num_gpus=0.0, min_actors=2, max_actors=2),  # both cores
+        resources=ResourceConfig(trial_unit="model", trial_gpus=0.0),  # 12 trials: start-up dominates tiny SAEs
     ).validate()
 
 
@@ -287,7 +469,16 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(inner[0], value, where)
+        if len(inner) == 1:
+            return _coerce(inner[0], value, where)
+        for arg in inner:  # e.g. GpuShare: a number or "auto"
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError:
+                pass
+        names = [" or ".join(repr(c) for c in typing.get_args(a)) if typing.get_origin(a) is Literal
+                 else {float: "a number", int: "an integer"}.get(a, getattr(a, "__name__", str(a))) for a in inner]
+        raise ConfigError(f"{where} must be {' or '.join(names)}, got {value!r}")
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where} must be a list, got {value!r}")

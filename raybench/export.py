@@ -5,9 +5,11 @@ A run folder mixes shareable results with record-level data (manifest/, activati
 Tune's trial logs and tracebacks). The export is an allow-list, so a new kind of file stays home until it
 is added here on purpose:
 
-    report.html                      the self-contained report
+    report.html                      the report (figures inlined; it links long tables' CSVs and dashboard images)
     tables/*.parquet|csv|json        aggregate tables, the release audit
     figures/*.png|svg                figures
+    figures/dashboards/              feature dashboards (index.json, ECG strips of single test records): open
+                                     cohorts only, never for a credentialed one (they are record-level)
     cells/<cell>/sae.safetensors     SAE weights and the cfg.json that makes them usable on their own
     cells/<cell>/cfg.json
     run.yaml                         the resolved config, any record-level field (`*_ids`, quarantine) removed
@@ -17,13 +19,15 @@ Even an allow-listed file is refused if its name looks record-level (`*_ids*`, `
 manifest, patient_stats). For credentialed cohorts (raybench.privacy) every copied file is then scanned
 for the cohort's record and subject ids (from manifest/ and the dataset's record_list.csv); a hit aborts
 the export, leaving nothing at DIR, and names the file - e.g. a run whose tables predate the failure-text
-rules. The export is written to a temporary folder beside DIR and renamed when complete.
+rules. Every file report.html links (relative src/href/data-src) must be in the export, or it is refused.
+The export is written to a temporary folder beside DIR and renamed when complete.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import html
 import json
 import os
 import re
@@ -40,7 +44,10 @@ from raybench.paths import RunLayout
 from raybench.privacy import is_credentialed
 
 ALLOW = ("report.html", "tables/*.parquet", "tables/*.csv", "tables/*.json", "figures/*.png", "figures/*.svg",
-         "cells/*/sae.safetensors", "cells/*/cfg.json")
+         "figures/dashboards/index.json", "cells/*/sae.safetensors", "cells/*/cfg.json")
+# Record-level pictures (ECG strips of single records): copied for open cohorts only, never for credentialed ones.
+CREDENTIALED_DENY = ("figures/dashboards/*",)
+_REF = re.compile(r"""\b(?:src|href|data-src)\s*=\s*["']([^"'#]+)["']""")
 # Refused even when allow-listed (case-insensitive, matched against the relative path).
 DENY = ("*_ids*", "*.npz", "*.npy", "*quarantine*", "*manifest*", "*patient_stats*", "*record_list*",
         "*machine_measurements*")
@@ -81,7 +88,7 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
         rel = path.relative_to(src).as_posix()
         if rel == "run.yaml":
             continue
-        if path.is_symlink() or not _allowed(rel):
+        if path.is_symlink() or not _allowed(rel) or (credentialed and _matches(rel, CREDENTIALED_DENY)):
             left += 1
             continue
         chosen.append(rel)
@@ -96,6 +103,11 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
             shutil.copyfile(src / rel, target)
         if raw is not None:
             (tmp / "run.yaml").write_text(_export_run_yaml(layout.run_yaml.read_text(), raw))
+        dangling = [ref for ref in report_links(tmp / "report.html") if not (tmp / ref).is_file()]
+        if dangling:
+            raise ExportError(f"report.html links {len(dangling)} file(s) the export would not hold: "
+                              f"{', '.join(dangling[:10])}. Re-render the report (`raybench report --run-dir "
+                              f"{run_dir}`) so it links only shareable files, then export again")
         if credentialed:
             ids = record_ids(layout, raw)
             result.scanned_ids = len(ids)
@@ -153,6 +165,20 @@ def record_ids(layout: RunLayout, raw: dict[str, Any] | None) -> set[bytes]:
                 if col in df.columns:
                     add(df[col].dropna())
     return {s.encode() for s in ids}
+
+
+def report_links(report: Path) -> list[str]:
+    """The files report.html links relative to its folder (src, href, data-src; no fragments, data: URIs or
+    absolute addresses): the long tables' CSVs and the dashboard images. Sorted, unique."""
+    if not report.is_file():
+        return []
+    text = _DATA_URI.sub(b"", report.read_bytes()).decode("utf-8", errors="replace")
+    refs = {html.unescape(m) for m in _REF.findall(text)}
+    return sorted(r for r in refs if "://" not in r and not r.startswith(("/", "data:", "mailto:", "javascript:")))
+
+
+def _matches(rel: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(rel, pat) for pat in patterns)
 
 
 def _allowed(rel: str) -> bool:
@@ -221,16 +247,32 @@ def _export_run_yaml(text: str, raw: dict[str, Any]) -> str:
 @click.command()
 @click.option("--run-dir", required=True, help="The local run folder written by `raybench grid`.")
 @click.option("--to", "dest", required=True, help="New (or empty) folder to receive the shareable artifacts.")
-def export(run_dir: str, dest: str) -> None:
+@click.option("--format", "fmt", type=click.Choice(["run", "saelens", "safetensors"]), default="run",
+              show_default=True, help="run: the shareable run artifacts; saelens / safetensors: the SAEs of --cells, "
+                                      "one folder each with a model card (raybench/export_formats.py).")
+@click.option("--cells", default=None, help="With --format saelens|safetensors: comma-separated cell ids or globs, "
+                                            "e.g. 'ecg_fm-q100-E08-primary-*'.")
+def export(run_dir: str, dest: str, fmt: str, cells: str | None) -> None:
     """Copy what may leave this environment: report, aggregate tables, figures, SAE weights, run.yaml.
 
     Nothing record-level is copied (manifest/, activation stores and their ids, patient_stats.npz,
     harmonization caches, quarantine lists, cohort/, Tune logs). Credentialed cohorts (MIMIC) are also
-    scanned for record and subject ids; a hit aborts the export.
+    scanned for record and subject ids; a hit aborts the export. `--format saelens|safetensors --cells ...`
+    writes the chosen SAEs in a layout SAELens (or any safetensors reader) loads, with a model card each.
     """
     if "://" in run_dir:
         raise click.UsageError(f"--run-dir {run_dir}: export reads a local run folder; copy the run down first "
                                "(inside the credentialed environment) and pass that folder")
+    if fmt != "run":
+        from raybench.export_formats import export_cells
+
+        if not cells:
+            raise click.UsageError(f"--format {fmt} needs --cells (cell ids or globs)")
+        folders = export_cells(run_dir, dest, tuple(c.strip() for c in cells.split(",") if c.strip()), fmt)
+        click.echo(f"exported {len(folders)} SAE(s) as {fmt} to {dest}: {', '.join(f.name for f in folders)}")
+        return
+    if cells:
+        raise click.UsageError("--cells applies to --format saelens|safetensors only")
     try:
         result = export_run(run_dir, dest)
     except ExportError as err:

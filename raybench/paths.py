@@ -21,6 +21,11 @@ class RunLayout:
         return self.root / "run.yaml"
 
     @property
+    def resources_resolved(self) -> Path:
+        """The GPU shares `auto` resolved to, per stage (raybench.resources)."""
+        return self.root / "resources_resolved.json"
+
+    @property
     def cohort_dir(self) -> Path:
         """Generated synthetic cohort (synth runs only)."""
         return self.root / "cohort"
@@ -73,9 +78,19 @@ class RunLayout:
         return self.root / "figures"
 
     @property
+    def dashboards_dir(self) -> Path:
+        """Feature dashboards of the report: index.json and lazy-loaded images (raybench.analysis.features)."""
+        return self.figures_dir / "dashboards"
+
+    @property
     def report(self) -> Path:
         return self.root / "report.html"
 
     @property
     def tune_dir(self) -> Path:
         return self.root / "tune"
+
+    @property
+    def mlflow_dir(self) -> Path:
+        """The default MLflow file store of experiment tracking (raybench.sae.tracking)."""
+        return self.root / "mlruns"

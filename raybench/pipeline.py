@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from raybench import progress
 from raybench.analysis.analyze_stage import ANALYZE_STAGE, analyze_stage
 from raybench.atomic import read_json, write_json, write_text
 from raybench.cohorts.stage import COHORT_STAGE, MANIFEST_STAGE
@@ -31,25 +32,36 @@ from raybench.stage import Stage
 
 
 class Progress:
-    """One progress display for the whole run: a line per stage with its status and wall time."""
+    """The run's stage lines (`[i/n] stage running ... / done in s / complete, skipped`), written through the live
+    display (raybench.progress) the stages also report their counts to. `before_work(stage)` runs only when a
+    stage has work (the pipeline starts Ray there, so a rerun with nothing to do never does)."""
 
-    def __init__(self, stages: list[Stage], echo: Callable[[str], None] = click.echo):
+    def __init__(self, stages: list[Stage], echo: Callable[[str], None] | None = None,
+                 reporter: progress.Reporter | None = None,
+                 before_work: Callable[[Stage], None] | None = None):
         self.n = len(stages)
-        self.echo = echo
+        self.reporter = reporter or (progress.PlainReporter(echo, timer=False) if echo else progress.current())
+        self.before_work = before_work
         self.timings: dict[str, float] = {}
 
     def run(self, i: int, stage: Stage, cfg: RunConfig, remote: str | None = None, force: bool = False) -> None:
         head = f"[{i}/{self.n}] {stage.name:<9}"
         if not force and stage.is_complete(cfg):
             self.timings[stage.name] = 0.0
-            self.echo(f"{head} complete, skipped")
+            self.reporter.note(f"{head} complete, skipped")
             return
-        self.echo(f"{head} running ...")
+        self.reporter.note(f"{head} running ...")
         t0 = time.perf_counter()
-        summary = stage.run(cfg, remote)
+        if self.before_work is not None:
+            self.before_work(stage)
+        try:
+            summary = stage.run(cfg, remote)
+        except Exception as err:
+            self.reporter.error(f"{head} failed after {time.perf_counter() - t0:.1f} s: {type(err).__name__}")
+            raise
         dt = time.perf_counter() - t0
         self.timings[stage.name] = dt
-        self.echo(f"{head} done in {dt:6.1f} s" + (f"  ({summary})" if summary else ""))
+        self.reporter.note(f"{head} done in {dt:6.1f} s" + (f"  ({summary})" if summary else ""))
 
 
 # ---------------------------------------------------------------- the stage sequence
@@ -62,27 +74,32 @@ class PipelineError(RaybenchError):
     """The run folder cannot take this run (another config's results, an unreadable run.yaml)."""
 
 
-def write_run_yaml(cfg: RunConfig) -> None:
-    """Record the resolved config and provenance; refuse to mix two configs in one run folder."""
+def write_run_yaml(cfg: RunConfig, drop_model: bool = False) -> None:
+    """Record the resolved config and provenance; refuse to mix two configs in one run folder, except that models
+    may be added to `protocol.grid.models` (removed with `drop_model`): raybench.run_changes."""
     import platform
-
-    import ray
-    import torch
+    from importlib.metadata import version
 
     import raybench
 
     layout = RunLayout.at(cfg.run_dir)
+    from raybench.run_changes import RunChangeError, check_change, new_stamp
+
     stamp = layout.root / "config_hash.json"
-    if stamp.exists():
-        old = read_json(stamp)["config_hash"]
-        if old != cfg.config_hash():
-            raise PipelineError(
-                f"{layout.root} holds results of another config (hash {old}, now {cfg.config_hash()}); "
-                "use a new --run-dir, or delete the folder to start over")
-    provenance = (f"# raybench {raybench.__version__}, python {platform.python_version()}, ray {ray.__version__}, "
-                  f"torch {torch.__version__}\n# config_hash: {cfg.config_hash()}\n")
+    old = read_json(stamp) if stamp.exists() else None
+    if old is not None and old.get("config_hash") != cfg.config_hash():
+        try:
+            recorded = recorded_run_config(layout.root)[0]
+        except ConfigError:
+            recorded = None  # unreadable run.yaml: the refusal names both hashes
+        try:
+            check_change(recorded, old, cfg, drop_model=drop_model, where=str(layout.root))
+        except RunChangeError as err:
+            raise PipelineError(str(err)) from None
+    provenance = (f"# raybench {raybench.__version__}, python {platform.python_version()}, ray {version('ray')}, "
+                  f"torch {version('torch')}\n# config_hash: {cfg.config_hash()}\n")
     write_text(layout.run_yaml, provenance + dump_run_config(cfg))
-    write_json(stamp, {"config_hash": cfg.config_hash()})
+    write_json(stamp, new_stamp(old, cfg))
 
 
 # ---------------------------------------------------------------- the run's own config (stage commands)
@@ -117,11 +134,20 @@ def check_config_stamp(cfg: RunConfig, stamp: str | None, what: str) -> None:
     """Refuse `cfg` (described by `what`, e.g. "--config x.yaml") when the run folder holds another config."""
     if stamp is None or cfg.config_hash() == stamp:
         return
+    from raybench.run_changes import config_diff
+
+    try:
+        recorded = recorded_run_config(cfg.run_dir)[0]
+    except ConfigError:
+        recorded = None
+    keys = (f" (keys that differ: {', '.join(config_diff(recorded, cfg))})"
+            if recorded is not None and recorded.config_hash() == stamp else "")
     raise PipelineError(
         f"{what} has config hash {cfg.config_hash()}, but the run folder {cfg.run_dir} was made with config hash "
-        f"{stamp} (its run.yaml / {STAMP}), and one run must not mix results of two configs. To continue this run, "
-        "leave out --config (and any option that changes results): stage commands read the run's own run.yaml; "
-        "to run this config, give it a new --run-dir")
+        f"{stamp} (its run.yaml / {STAMP}){keys}, and one run must not mix results of two configs. To continue this "
+        "run, leave out --config (and any option that changes results): stage commands read the run's own run.yaml; "
+        "to add models to grid.models, run `raybench grid --config` on the run folder; to run this config, give it a "
+        "new --run-dir")
 
 
 def stage_config(run_dir: str | None, config_path: str | None, *, demo_fallback: bool = True) -> RunConfig:
@@ -162,12 +188,18 @@ def stamp_run(cfg: RunConfig, what: str = "this config") -> None:
         write_run_yaml(cfg)
 
 
-def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo,
-                 allow_incomplete: bool = False) -> dict[str, float]:
+RAY_FREE = ("cohort",)
+"""Stages that never use Ray: running them does not start it."""
+
+
+def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allow_incomplete: bool = False,
+                 reporter: progress.Reporter | None = None, drop_model: bool = False) -> dict[str, float]:
     """Run every stage. A remote run_dir (s3://...) is worked on in a node-local mirror, synced per stage.
 
-    allow_incomplete: analyze a grid with missing or failed cells (refused otherwise; see `raybench analyze`)."""
-    from raybench.ray_session import init_ray
+    Progress goes to `reporter` (default: a live display in a terminal, else plain periodic lines; with `echo`,
+    plain lines through it). Ray starts only before the first stage with work, so a complete run never starts it.
+    allow_incomplete: analyze a grid with missing or failed cells (refused otherwise; see `raybench analyze`).
+    drop_model: accept a config whose grid.models lacks models of the run folder (raybench.run_changes)."""
     from raybench.storage import check_writable, is_remote, local_mirror, sync_down, sync_up
 
     cfg.validate()
@@ -183,16 +215,25 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo,
         cfg = replace(cfg, run_dir=str(mirror))
     layout = RunLayout.at(cfg.run_dir)
     layout.root.mkdir(parents=True, exist_ok=True)
-    write_run_yaml(cfg)
-    init_ray(cfg.resources)
-    progress = Progress(stages, echo)
+    write_run_yaml(cfg, drop_model=drop_model)
+
+    def start_ray(stage: Stage) -> None:
+        if stage.name not in RAY_FREE:
+            from raybench.ray_session import init_ray
+
+            init_ray(cfg.resources)
+
+    if reporter is None:
+        reporter = progress.PlainReporter(echo) if echo is not None else progress.make_reporter()
     t0 = time.perf_counter()
-    for i, stage in enumerate(stages, 1):
-        progress.run(i, stage, cfg, remote)
-        if remote:
-            sync_up(layout.root, remote)
-    progress.timings["total"] = time.perf_counter() - t0
-    return progress.timings
+    with progress.active(reporter):
+        runner = Progress(stages, reporter=reporter, before_work=start_ray)
+        for i, stage in enumerate(stages, 1):
+            runner.run(i, stage, cfg, remote)
+            if remote:
+                sync_up(layout.root, remote)
+    runner.timings["total"] = time.perf_counter() - t0
+    return runner.timings
 
 
 @click.command()
@@ -204,8 +245,11 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] = click.echo,
 @click.option("--allow-incomplete", is_flag=True,
               help="Analyze even when cells are missing or failed (refused by default, naming them); every table "
                    "then flags its short denominators.")
+@click.option("--drop-model", is_flag=True,
+              help="Accept a config that removes models from an existing run folder's grid.models (refused by "
+                   "default); added models need no flag: only they are encoded and trained.")
 def grid(config_path: str | None, run_dir: str | None, address: str | None, num_cpus: int | None,
-         allow_incomplete: bool) -> None:
+         allow_incomplete: bool, drop_model: bool) -> None:
     """Run the whole audit: cohort -> manifest -> encode -> train -> analyze -> report."""
     cfg = load_run_config(config_path)
     if run_dir:
@@ -213,7 +257,7 @@ def grid(config_path: str | None, run_dir: str | None, address: str | None, num_
     if address or num_cpus:
         cfg = replace(cfg, resources=replace(cfg.resources, address=address or cfg.resources.address,
                                              num_cpus=num_cpus or cfg.resources.num_cpus))
-    timings = run_pipeline(cfg, allow_incomplete=allow_incomplete)
+    timings = run_pipeline(cfg, allow_incomplete=allow_incomplete, drop_model=drop_model)
     from raybench.storage import is_remote
 
     report = f"{cfg.run_dir.rstrip('/')}/report.html" if is_remote(cfg.run_dir) else \

@@ -1,41 +1,69 @@
 """Start or attach to Ray: the one place that calls `ray.init`.
 
 Inside a Ray job (or with RAY_ADDRESS set) we attach to that cluster; otherwise we start a local
-instance with the dashboard off and nothing bound to a public address.
+instance with the dashboard off and nothing bound to a public address. Ray is imported and started only
+when a stage has work (a rerun with nothing to do never pays its start-up).
+
+Quiet by default: raybench draws its own progress (raybench.progress), so Ray's, Tune's and Ray Data's INFO
+and WARNING chatter and the workers' stdout stay out of the terminal (the C++ core worker logs only errors
+there; the encoder actors no longer give it cause, see raybench.encoders.extract);
+`set_verbose(True)` (`raybench --verbose ...`) lets all of it through. Errors of the work itself reach the
+user through raybench's own messages, naming the cell or record.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-
-import ray
 
 from raybench.config import ResourceConfig
 
+RAY_LOGGERS = ("ray", "ray.data", "ray.tune", "ray.train")
+_VERBOSE = False
+
+
+def set_verbose(verbose: bool) -> None:
+    """`raybench --verbose`: show Ray's own log lines and the workers' output (before Ray starts)."""
+    global _VERBOSE
+    _VERBOSE = bool(verbose)
+
+
+def is_verbose() -> bool:
+    return _VERBOSE
+
 
 def quiet_ray_logs() -> None:
-    """raybench prints one progress display; keep Ray Data / Tune INFO chatter out of the terminal."""
-    import logging
-
-    for name in ("ray.data", "ray.tune", "ray.train"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    """Keep Ray / Ray Data / Tune chatter out of the terminal unless verbose (errors still pass). Call again
+    after the first `import ray.data`, which configures its logger afresh."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    if _VERBOSE:
+        return
+    for name in RAY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Tune logs a failed trial's whole traceback; raybench's display names the trial's cells instead
+    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
 
 
 def init_ray(resources: ResourceConfig | None = None) -> None:
+    import ray
+
     quiet_ray_logs()
     if ray.is_initialized():
         return
     resources = resources or ResourceConfig()
     address = resources.address or os.environ.get("RAY_ADDRESS")
+    level = logging.INFO if _VERBOSE else logging.ERROR
     if address:
-        ray.init(address=address, log_to_driver=False)
-        return
-    ray.init(
-        address="local",  # never attach by accident to a `ray start` cluster on this machine
-        num_cpus=resources.num_cpus,
-        num_gpus=resources.num_gpus,
-        include_dashboard=False,
-        log_to_driver=False,
-    )
+        ray.init(address=address, log_to_driver=_VERBOSE, logging_level=level)
+    else:
+        ray.init(
+            address="local",  # never attach by accident to a `ray start` cluster on this machine
+            num_cpus=resources.num_cpus,
+            num_gpus=resources.num_gpus,
+            include_dashboard=False,
+            log_to_driver=_VERBOSE,
+            logging_level=level,
+        )
+    if not _VERBOSE:  # ray.init configures its own loggers again
+        quiet_ray_logs()

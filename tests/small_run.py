@@ -18,7 +18,7 @@ def small_config(run_dir: Path, models: tuple[str, ...] = ("ecg_fm", "csfm"), st
                 inference=replace(p.inference, patient_draws=200, crossed_draws=400, chunk_draws=100))
     return RunConfig(run_dir=str(run_dir), protocol=p,
                      cohort=CohortConfig(kind="synth", records=120, patients=48, seed=5),
-                     encoders=EncoderConfig(size="demo", batch_size=32)).validate()
+                     encoders=EncoderConfig(size="demo", batch_size=32, num_gpus=0.0)).validate()  # CPU path
 
 
 def build_encoded_run(cfg: RunConfig) -> RunConfig:

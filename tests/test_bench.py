@@ -21,12 +21,16 @@ def _bench(args: list[str], timeout: float) -> str:
     return proc.stdout
 
 
-def test_sae_train_bench_prints_speed_and_trajectory_rows():
-    out = _bench(["bench/sae_train.py", "--threads", "1", "--expansions", "1", "--timed-steps", "1",
-                  "--warm-steps", "1", "--traj-steps", "3"], timeout=300)
-    assert "dense st/s" in out and "f64 sparse/dense" in out
+def test_sae_train_bench_prints_speed_targets_and_trajectory_rows():
+    out = _bench(["bench/sae_train.py", "--threads", "1", "--expansions", "1", "--timed-steps", "1", "--rounds", "1",
+                  "--warm-steps", "1", "--traj-steps", "3", "--traj-expansions", "1"], timeout=300)
+    assert "published" in out and "raybench S=1" in out and "f64 published/raybench" in out
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("1 ")]
-    assert len(rows) == 3, out  # two speed rows (single, stack of 3) + one trajectory row
+    assert len(rows) == 2, out  # one speed row (published, raybench alone and as a stack) + one trajectory row
+    assert rows[0][4].endswith("x") and rows[0][6].endswith("x")  # the two ratios
+    targets = [line for line in out.splitlines() if line.strip().startswith("E=1 ")]
+    assert len(targets) == 1 and ("PASS" in targets[0] or "FAIL" in targets[0]), out
+    assert float(rows[1][1]) < 1e-4 and float(rows[1][5]) < 1e-6, out  # published loop vs raybench: f32, f64
 
 
 @pytest.mark.slow

@@ -49,14 +49,24 @@ def test_grid_runs_every_stage_and_writes_the_report(finished_run):
 
 
 @pytest.mark.slow
-def test_rerun_recomputes_nothing_and_keeps_tables_byte_identical(finished_run):
+def test_rerun_recomputes_nothing_and_keeps_tables_byte_identical(finished_run, monkeypatch):
+    import ray
+
+    import raybench.encoders.base
+    import raybench.ray_session
+
     cfg, _, _ = finished_run
     layout = RunLayout.at(cfg.run_dir)
     before = _digest(layout.tables_dir)
     cells_before = {p.name: p.stat().st_mtime_ns for p in layout.cells_dir.iterdir()}
     lines: list[str] = []
+    started: list = []
+    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: started.append(resources))
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: started.append("ray.init"))
+    monkeypatch.setattr(raybench.encoders.base, "build_encoder", lambda spec: started.append(spec.name))
     timings = run_pipeline(cfg, echo=lines.append)
     assert all("skipped" in line for line in lines), lines
+    assert started == [], "a complete run neither starts Ray nor builds an encoder (fingerprints from the stores)"
     assert timings["total"] < 60
     assert _digest(layout.tables_dir) == before
     assert {p.name: p.stat().st_mtime_ns for p in layout.cells_dir.iterdir()} == cells_before
@@ -140,7 +150,12 @@ def _fake_stages(monkeypatch) -> dict:
         return {"layers": [], "skipped_layers": [], "records": 0, "quarantined": 0}
 
     monkeypatch.setattr(raybench.sae.grid, "run_grid", run_grid)
+    def extract_models(manifest, run_dir, specs, enc_cfg, progress=True, depths=None, **kw):
+        return [{"model": spec.name, **extract_activations(manifest, run_dir, spec, enc_cfg, depths=depths)}
+                for spec in specs]
+
     monkeypatch.setattr(raybench.encoders.extract, "extract_activations", extract_activations)
+    monkeypatch.setattr(raybench.encoders.extract, "extract_models", extract_models)
     monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
     return seen
 
@@ -190,6 +205,34 @@ def test_first_stage_command_records_the_config_for_the_next(tmp_path, monkeypat
     assert [c.config_hash() for c in seen["train"]] == [cfg.config_hash()] * 2
 
 
+# ---------------------------------------------------------------- nothing to do: no Ray
+
+def test_a_complete_run_does_not_start_ray(tmp_path, monkeypatch):
+    """Ray starts before the first stage with work, never for a run whose stages are all complete."""
+    import ray
+
+    import raybench.pipeline as pl
+    import raybench.ray_session
+    from raybench.stage import Stage
+
+    started: list = []
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: started.append("ray.init"))
+    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: started.append("init_ray"))
+    ran: list[str] = []
+
+    def stage(name: str, complete: bool) -> Stage:
+        return Stage(name, (), lambda cfg: complete, lambda cfg, remote: ran.append(name) or "ok")
+
+    cfg = small_config(tmp_path / "run")
+    monkeypatch.setattr(pl, "STAGES", [stage("cohort", True), stage("encode", True), stage("train", True)])
+    lines: list[str] = []
+    run_pipeline(cfg, echo=lines.append)
+    assert started == [] and ran == [] and len(lines) == 3, lines
+    monkeypatch.setattr(pl, "STAGES", [stage("cohort", False), stage("encode", True), stage("train", False)])
+    run_pipeline(cfg, echo=lines.append)
+    assert ran == ["cohort", "train"] and started == ["init_ray"], "cohort needs no Ray; train starts it"
+
+
 # ---------------------------------------------------------------- encode completeness
 
 def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_path, ray_cluster):
@@ -205,7 +248,11 @@ def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_
     cfg = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid, expansions=(1,),
                                                                       seeds=(4311,), sensitivity_depth=None)))
     build_encoded_run(cfg)
-    assert _encode_complete(cfg)
+    import raybench.encoders.base
+
+    with pytest.MonkeyPatch.context() as mp:  # the stores' fingerprint key answers: no encoder is built
+        mp.setattr(raybench.encoders.base, "build_encoder", lambda spec: pytest.fail("built an encoder"))
+        assert _encode_complete(cfg)
     assert not _encode_complete(replace(cfg, encoders=replace(cfg.encoders, init_seed=1))), "another encoder"
 
     layout = RunLayout.at(cfg.run_dir)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import ray
 
+from raybench import progress
 from raybench.analysis.packed_stats import CONSTANT_RTOL_F32, PatientStats, metrics_from_weighted
 from raybench.analysis.streams import (
     check_stream,
@@ -91,6 +92,8 @@ def run_bounded(jobs: Sequence[Callable[[], ray.ObjectRef]], num_workers: int | 
     results: list[np.ndarray | None] = [None] * len(jobs)
     pending: dict[ray.ObjectRef, int] = {}
     nxt = 0
+    shown = progress.current()  # the run's live display counts bootstrap tasks (raybench.progress)
+    shown.add_total("bootstrap", "bootstrap tasks", len(jobs), "tasks")
     while nxt < len(jobs) or pending:
         while nxt < len(jobs) and len(pending) < limit:
             pending[jobs[nxt]()] = nxt
@@ -98,6 +101,7 @@ def run_bounded(jobs: Sequence[Callable[[], ray.ObjectRef]], num_workers: int | 
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
             results[pending.pop(ref)] = ray.get(ref)
+            shown.advance("bootstrap")
     return results  # type: ignore[return-value]
 
 

@@ -76,8 +76,9 @@ def _center_cell(stats: dict[str, np.ndarray], path: Path, n_concepts: int | Non
     for key in ("n", "sse", "sst", "corr"):
         if key not in stats:
             raise StatsError(f"{path}: no array {key!r}; expected n [P], sse [P], sst [P], corr [P, C, 5]")
-    n = stats["n"].astype(np.float64)
-    sse, sst, corr = stats["sse"].astype(np.float64), stats["sst"].astype(np.float64), stats["corr"].astype(np.float64)
+    n = np.asarray(stats["n"], dtype=np.float64)  # no copy when already float64
+    sse, sst = np.asarray(stats["sse"], dtype=np.float64), np.asarray(stats["sst"], dtype=np.float64)
+    corr = np.asarray(stats["corr"], dtype=np.float64)
     p = n.shape[0]
     if corr.ndim != 3 or corr.shape[0] != p or corr.shape[2] != 5 or sse.shape != (p,) or sst.shape != (p,):
         raise StatsError(f"{path}: shapes n {n.shape}, sse {sse.shape}, sst {sst.shape}, corr {corr.shape} "
@@ -91,7 +92,7 @@ def _center_cell(stats: dict[str, np.ndarray], path: Path, n_concepts: int | Non
         raise StatsError(f"{path}: non-finite sufficient statistics; the cell's evaluation diverged - rerun it")
     tot = corr.sum(axis=0)  # [C, 5]
     big_n = n.sum()
-    sa, sy, saa, syy, say = (corr[:, :, i] for i in range(5))
+    sa, sy, saa, syy, say = np.moveaxis(corr, 2, 0).copy()  # contiguous [P, C] each: the elementwise passes run faster
     ma, my = tot[:, 0] / big_n, tot[:, 1] / big_n
     va = np.maximum(tot[:, 2] / big_n - ma**2, 0.0)
     vy = np.maximum(tot[:, 3] / big_n - my**2, 0.0)
@@ -139,7 +140,7 @@ def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]]
     """
     n_cells = len(cell_ids)
     width = CELL_FIXED + 3 * n_concepts
-    groups: dict[str, int] = {}
+    groups: dict[str, list[int]] = {}  # cheap fingerprint -> candidate y blocks (confirmed by exact comparison)
     y_parts: list[np.ndarray] = []
     cell_group = np.zeros(n_cells, dtype=np.int64)
     point = np.zeros((n_cells, 3))
@@ -147,6 +148,7 @@ def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]]
     blocks: list = []
     sizes: list[int] = []
     current: np.ndarray | None = None
+    staging: np.ndarray | None = None  # put=True: one block buffer, faulted in once, reused for every block
     n_patients: int | None = None
     active: np.ndarray | None = None
     i = -1
@@ -156,26 +158,43 @@ def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]]
         cell_cols, y_cols, fid, tot, big_n = _center_cell(raw, Path(label), n_concepts, n_patients)
         n_patients = cell_cols.shape[0]
         active = (y_cols[:, 0] > 0) if active is None else (active | (y_cols[:, 0] > 0))
-        key = hashlib.sha256(np.ascontiguousarray(y_cols).tobytes()).hexdigest()
-        if key not in groups:
-            groups[key] = len(y_parts)
-            y_parts.append(y_cols)
-        cell_group[i] = groups[key]
+        cell_group[i] = _y_group(y_cols, y_parts, groups)
         r = pearson_from_sums(big_n, *(tot[:, j] for j in range(5)))
         point_r[i] = r
         point[i] = (1.0 - fid[0] / fid[1], np.mean(np.abs(r)), np.mean(np.abs(r) >= threshold))
         j = i % cells_per_block
         if j == 0:
             sizes.append(min(cells_per_block, n_cells - i))
-            current = np.empty((n_patients, sizes[-1] * width), dtype=dtype)
+            if not put:
+                current = np.empty((n_patients, sizes[-1] * width), dtype=dtype)
+            else:
+                if staging is None:
+                    # written column-slice by column-slice, a fresh block page-faults row by row; filling it once
+                    # first costs one sequential pass (much less on a machine short of free huge pages)
+                    staging = np.empty((n_patients, sizes[-1] * width), dtype=dtype)
+                    staging.fill(0.0)
+                current = staging if sizes[-1] * width == staging.shape[1] else staging[:, :sizes[-1] * width]
         current[:, j * width:(j + 1) * width] = cell_cols
         if j == sizes[-1] - 1:
-            blocks.append(ray.put(current) if put else current)
+            blocks.append(ray.put(np.ascontiguousarray(current)) if put else current)
             current = None
     if i + 1 != n_cells:
         raise StatsError(f"statistics for {i + 1} cells, expected {n_cells}")
     return PatientStats(tuple(cell_ids), int(n_patients), n_concepts, np.concatenate(y_parts, axis=1), blocks,
                         sizes, cell_group, point, point_r, threshold, active)
+
+
+def _y_group(y_cols: np.ndarray, parts: list[np.ndarray], groups: dict[str, list[int]]) -> int:
+    """The index of y_cols among the distinct concept blocks `parts` (appended when new): cells evaluated on the same
+    test records share one block. A digest of a strided sample finds the candidates, an exact comparison decides."""
+    sample = np.ascontiguousarray(y_cols[::max(1, y_cols.shape[0] // 64)])
+    key = hashlib.sha256(sample.tobytes() + str(y_cols.shape).encode()).hexdigest()
+    for g in groups.setdefault(key, []):
+        if np.array_equal(parts[g], y_cols):
+            return g
+    groups[key].append(len(parts))
+    parts.append(y_cols)
+    return len(parts) - 1
 
 
 def metrics_from_weighted(yw: np.ndarray, cw: np.ndarray, cell_group: np.ndarray, n_concepts: int,

@@ -1,8 +1,11 @@
-"""The run report: one self-contained, deterministic HTML file (figures embedded, no external resources).
+"""The run report: one deterministic HTML file (figures embedded), opened from the run folder or an export.
 
 `render_report` walks the sections (report_sections.py, plus the paper analyses' sections of
-paper_report.py registered below) and renders each from the run's tables and figures with the HTML pieces of
-report_html.py; figures and tables that no section claims land in "Other results".
+paper_report.py and the feature dashboards registered below) and renders each from the run's tables and
+figures with the HTML pieces of report_html.py; figures and tables that no section claims land in "Other
+results". Only two things are links relative to the run folder, never absolute paths or external resources:
+the full CSV of a table too long to inline, and the lazy-loaded dashboard images (figures/dashboards/);
+`raybench export` copies both (it refuses an export that would leave a link dangling).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import html
 from pathlib import Path
 
 from raybench.analysis.audit import read_audit, read_run_yaml, release_audit, run_protocol
+from raybench.analysis.features.section import SECTION as FEATURES_SECTION
 from raybench.analysis.figures import FIGURES
 from raybench.analysis.paper_report import PAPER_SECTIONS
 from raybench.analysis.plotting import load_tables
@@ -23,6 +27,7 @@ CAPTIONS = {spec.stem: spec.caption for spec in FIGURES}
 
 for _section, _before in PAPER_SECTIONS:
     register_section(_section, before=_before)
+register_section(FEATURES_SECTION, before="protocol")
 
 
 def render_report(root: str | Path) -> Path:
@@ -71,12 +76,21 @@ def _render_section(section: Section, ctx: Context) -> str | None:
     if section.body is not None and not absent:
         out.append(section.body(ctx))
     out += [figure_html(stem, ctx.figures[stem], CAPTIONS.get(stem) or stem.replace("_", " ")) for stem in figs]
-    out += [table_block(stem, ctx.tables[stem]) for stem in tabs]
+    out += [table_block(stem, ctx.tables[stem], href=_table_href(ctx, stem)) for stem in tabs]
     if absent or (section.body is None and not figs and not tabs):
         wanted = absent or [*section.tables, *section.figures]
         out.append("<p class='note'>Not available in this run (no " + ", ".join(
             f"<code>{html.escape(w)}</code>" for w in wanted) + ").</p>")
     return "\n".join(out)
+
+
+def _table_href(ctx: Context, stem: str) -> str | None:
+    """The table's CSV (else Parquet) relative to the report, for tables too long to inline."""
+    for ext in ("csv", "parquet"):
+        path = ctx.layout.tables_dir / f"{stem}.{ext}"
+        if path.exists():
+            return path.relative_to(ctx.layout.root).as_posix()
+    return None
 
 
 def _secondary_failures(root: str | Path) -> dict[str, str]:

@@ -1,6 +1,8 @@
 """HTML pieces of the run report: the page template and style, figures embedded as data URIs, tables.
 
-Everything is escaped here; no external resources (the report is one self-contained file).
+Everything is escaped here. The report is one file plus what it links relatively inside the run folder (the
+full CSV of a table too long to inline, the lazy-loaded feature dashboards); `raybench export` copies those
+links along, so the report works opened from the run folder or from an export.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 LARGE_TABLE_ROWS = 40  # longer tables go into a collapsed <details>
+INLINE_TABLE_ROWS = 2000  # longer tables show their first PREVIEW_ROWS and link the full CSV (report size)
+PREVIEW_ROWS = 100
 
 
 def figure_html(stem: str, png: Path, caption: str) -> str:
@@ -24,11 +28,18 @@ def figure_html(stem: str, png: Path, caption: str) -> str:
             f"{html.escape(caption)}</figcaption></figure>")
 
 
-def table_block(name: str, df: pd.DataFrame, title: str | None = None) -> str:
-    """A titled table; one longer than LARGE_TABLE_ROWS rows is collapsed into <details>."""
+def table_block(name: str, df: pd.DataFrame, title: str | None = None, href: str | None = None) -> str:
+    """A titled table; one longer than LARGE_TABLE_ROWS rows is collapsed into <details>. One longer than
+    INLINE_TABLE_ROWS shows its first PREVIEW_ROWS and links `href` (the table's file, relative to the report):
+    the concept-level tables of a run hold tens of thousands of rows, which would make the report tens of MB."""
     label = html.escape(title or f"Table {name} ({len(df)} rows)")
     if df.empty:
         return f"<h3>{label}</h3><p class='note'>No rows.</p>"
+    if len(df) > INLINE_TABLE_ROWS:
+        where = (f"the whole table: <a href=\"{html.escape(href)}\">{html.escape(href)}</a>" if href
+                 else "the whole table is in the run's tables/ folder")
+        return (f"<details><summary>{label}</summary><p class='note'>First {PREVIEW_ROWS} of {len(df)} rows; "
+                f"{where}.</p>{df_html(df.head(PREVIEW_ROWS))}</details>")
     table = df_html(df)
     if len(df) > LARGE_TABLE_ROWS:
         return f"<details><summary>{label}</summary>{table}</details>"
@@ -83,6 +94,10 @@ pre { background:#f4f6f9; border:1px solid var(--line); padding:10px; overflow:a
 .badge.ok { background:#e3f4e8; color:#17652f; } .badge.bad { background:#fbe5e5; color:#9b1c1c; }
 .badge.warn { background:#fff4d6; color:#7a5600; }
 ul.ids { columns:3; font-size:13px; }
+.fd img.fd-panel { max-width:100%; height:auto; border:1px solid var(--line); background:#fff; }
+figure.fd-rec { margin:8px 0 16px; }
+figure.fd-rec img { width:100%; max-width:1125px; aspect-ratio:1125/550; }
+select { font:inherit; padding:2px 4px; }
 """
 
 TEMPLATE = """<!DOCTYPE html>

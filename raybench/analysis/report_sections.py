@@ -308,3 +308,11 @@ for _s in (
     Section("provenance", "Provenance", body=_provenance_body),
 ):
     register_section(_s)
+
+from raybench.analysis.provenance_audit.report import SECTION as _AUDIT  # noqa: E402 (it builds on Section above)
+
+register_section(_AUDIT, before="protocol")
+
+from raybench.analysis.reliability.report import RELIABILITY_SECTION as _RELIABILITY  # noqa: E402 (same)
+
+register_section(_RELIABILITY, before="protocol")

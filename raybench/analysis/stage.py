@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from raybench import ray_session
+from raybench import progress, ray_session
 from raybench.analysis.audit import AuditResult, release_audit
+from raybench.analysis.features.render import write_dashboards
 from raybench.analysis.figures import make_figures
 from raybench.analysis.report import render_report
 from raybench.analysis.secondary.run import run_secondary
@@ -50,6 +51,7 @@ class AnalyzeResult:
 def render_outputs(root: str | Path, protocol: Protocol | None) -> Rendered:
     """Figures from the tables, the release audit against `protocol` (kept as it is when None), report.html."""
     figures = make_figures(root)
+    write_dashboards(root, protocol)  # figures/dashboards/ (open cohorts only; raybench.analysis.features)
     audit = release_audit(root, protocol) if protocol is not None else None
     return Rendered(figures, audit, render_report(root))
 
@@ -60,7 +62,23 @@ def run_analyze_stage(cfg: RunConfig, num_workers: int | None = None, allow_inco
     allow_incomplete. num_workers caps concurrent bootstrap tasks (results do not depend on it)."""
     root = RunLayout.at(cfg.run_dir).root
     ray_session.init_ray(cfg.resources)
+    shown = progress.current()  # the run's live display: steps done, tables and figures written
+    shown.start("analyze", "analyze steps", 3, "steps")
     tables = analyze_run(root, cfg.protocol, num_workers=num_workers, cohort_kind=cfg.cohort.kind,
                          allow_incomplete=allow_incomplete)
+    shown.update("analyze", done=1, info=f"{len(tables)} tables written")
     secondary = run_secondary(root, cfg.protocol, cfg)
-    return AnalyzeResult(tables, secondary, render_outputs(root, cfg.protocol))
+    shown.update("analyze", done=2, info=f"{len(tables) + len(secondary)} tables written; figures, audit, report")
+    if cfg.provenance.enabled:  # the provenance audit (docs/protocol.md §12)
+        from raybench.analysis.provenance_audit.run import run_provenance
+
+        secondary.update(run_provenance(root, cfg))
+    if cfg.reliability.enabled or cfg.reliability.cheap:  # the metric reliability audit (docs/protocol.md §11)
+        from raybench.analysis.reliability.run import run_reliability
+
+        run_reliability(root, cfg.protocol, cfg.reliability, heavy=cfg.reliability.enabled, num_workers=num_workers)
+    shown.finish("bootstrap")
+    rendered = render_outputs(root, cfg.protocol)
+    shown.update("analyze", done=3)
+    shown.finish("analyze", f"{len(tables) + len(secondary)} tables, {len(rendered.figures)} figures written")
+    return AnalyzeResult(tables, secondary, rendered)

@@ -4,7 +4,8 @@
 split, site, device, path (WFDB record base relative to the data root, at the chosen rate), fs,
 n_samples, `raw_<concept>` float64 (NaN when missing) and `<concept>` float32 (standardized with the
 train split's mean and population std, std floored at 1e-6; missing or non-finite -> 0), then any
-cohort-specific record-level columns (MIMIC's `mm_<name>` cross-check values). Schema
+cohort-specific record-level columns (MIMIC's `mm_<name>` cross-check values; PTB-XL's and the
+synthetic cohort's `diagnostic_superclasses`, raybench.cohorts.diagnostics). Schema
 metadata: raybench.root, raybench.concepts (JSON list), raybench.concept_source
 (tables|waveform|none), raybench.manifest_hash (content hash of keys, paths, splits, rates and raw
 concepts; independent of where the data root lives). Beside it: summary.json (aggregates only) and

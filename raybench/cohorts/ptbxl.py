@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from raybench.cohorts.diagnostics import COLUMN, database_superclasses
 from raybench.cohorts.manifest import (
     ManifestError,
     finish_manifest,
@@ -200,13 +201,14 @@ def build_ptbxl_manifest(root: str | Path, out_dir: str | Path, sampling_rate: i
         "fs": np.full(len(good), sampling_rate, dtype=np.int64),
         "n_samples": np.full(len(good), n_samples, dtype=np.int64),
     })
+    records[COLUMN] = database_superclasses(good, root)  # the provenance audit's target (docs/protocol.md §12)
 
     notes: list[str] = []
     summary: dict = {"cohort": cohort, "sampling_rate": sampling_rate, "records_listed": int(len(db))}
     features = Path(features_dir) if features_dir is not None else root / "features"
     source, names, values = _resolve_concepts(concepts, root, features, records, num_cpus, notes, summary)
     return finish_manifest(out_dir, records, root, values, names, source, quarantine, notes, summary,
-                           PTBXL_SPLIT_RULE)
+                           PTBXL_SPLIT_RULE, extra_columns=(COLUMN,))
 
 
 def build_synth_manifest(cohort_dir: str | Path, out_dir: str | Path, sampling_rate: int = 500,

@@ -31,6 +31,7 @@ import pandas as pd
 from raybench.atomic import atomic_dir
 from raybench.cohorts.synth_beats import WAVES, lead_amplitudes, peak_time, wave_geometry, wave_profiles
 from raybench.cohorts.synth_params import draw_patients, draw_records
+from raybench.cohorts.synth_provenance import PLANT_STREAM, ProvenancePlant, artifact, plant_labels
 from raybench.cohorts.synth_truth import feature_tables, ground_truth, waveform_truth
 
 GENERATOR_VERSION = 2
@@ -129,8 +130,9 @@ def _database(rng: np.random.Generator, pat: dict[str, np.ndarray], pid_text: np
 
 
 def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, seed: int,
-                          bad_fraction: float = 0.0) -> Path:
-    """Write the cohort folder atomically (it appears complete or not at all); returns its path."""
+                          bad_fraction: float = 0.0, plant: ProvenancePlant | None = None) -> Path:
+    """Write the cohort folder atomically (it appears complete or not at all); returns its path. `plant`: a
+    device artifact and a device-associated diagnosis for the provenance audit (synth_provenance.py)."""
     if n_patients < 1 or n_records < n_patients:
         raise ValueError(f"need 1 <= n_patients <= n_records, got {n_patients} patients for {n_records} records")
     if n_records > 99_999:
@@ -147,6 +149,10 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
     amps = lead_amplitudes(rec)
     geo = wave_geometry(rec)
     devices = [SITES[int(s)][0][int(rng.integers(len(SITES[int(s)][0])))] for s in rec["site"]]
+    if plant is not None and plant.active:
+        plant.validate()
+        plant_labels(rec, devices, plant, seed)
+        amps, geo = lead_amplitudes(rec), wave_geometry(rec)  # pure functions of rec: redrawn diagnoses
     n_bad = int(round(bad_fraction * n_records))
     defects = np.full(n_records, "", dtype=object)
     if n_bad:
@@ -181,6 +187,11 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
                       rrng.uniform(-1.0, 1.0, (12, 2)) * wander_amp)
             sig500 = clean500 + noise + _wander(t500, *wander)
             sig100 = clean100 + noise[:, ::5] + _wander(t100, *wander)
+            if plant is not None and plant.artifact != "none":
+                phase = float(np.random.default_rng([seed, i + 1, PLANT_STREAM]).uniform(0, 2 * np.pi))
+                norm = bool(rec["p_present"][i])
+                sig500 = sig500 + artifact(plant, devices[i], norm, t500, phase)
+                sig100 = sig100 + artifact(plant, devices[i], norm, t100, phase)
             defect = defects[i] or None
             for rel, fs, sig in ((names_hr[i], 500, sig500), (names_lr[i], 100, sig100)):
                 base = tmp / rel
@@ -199,7 +210,10 @@ def generate_synth_cohort(out_dir: str | Path, n_records: int, n_patients: int, 
         gt = pd.concat([gt, wave], axis=1)
         gt.to_csv(tmp / "ground_truth.csv", index=False)
         db.to_csv(tmp / "ptbxl_database.csv", index=False)
-        (tmp / "params.json").write_text(json.dumps(_params(n_records, n_patients, seed, bad_fraction), indent=2))
+        params = _params(n_records, n_patients, seed, bad_fraction)
+        if plant is not None and plant.active:
+            params["provenance_plant"] = plant.params()
+        (tmp / "params.json").write_text(json.dumps(params, indent=2))
     return out_dir
 
 

@@ -3,22 +3,28 @@ batch -> pooled layer states step it shares with the single-process reference.""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from raybench.cohorts.waveforms import RecordError, Waveform
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder
-from raybench.encoders.loading import Builder, ExtractionError
+from raybench.encoders.loading import Builder, ExtractionError, _preprocessor, apply_preprocess, load_batch, read_input
 
 
 class EncoderActor:
     """Ray Data actor UDF: builds the frozen encoder once, then maps native inputs to pooled layer states."""
 
     def __init__(self, spec: EncoderSpec, layers: Sequence[int], builder: Builder | None = None,
-                 cpu_threads: int | None = None, shared: list | None = None):
+                 cpu_threads: int | None = None, shared: list | None = None, load: dict | None = None):
         import ray
 
+        # `load`: load_batch's keyword arguments when this actor also loads its records (the CPU path: one
+        # actor per core loads and encodes, instead of Ray Data fusing a separate loading step into it)
+        self.load = load
         # `shared` = [ObjectRef of the driver's built encoder]: fetching it is much cheaper than a second
         # build (random init or a checkpoint read of ~90M parameters); otherwise build here.
         self.encoder = ray.get(shared[0]) if shared else (builder or build_encoder)(spec)
@@ -34,6 +40,8 @@ class EncoderActor:
         self.label = f"{self.device}" + (f" (gpu {','.join(self.gpu_ids)} assigned)" if self.gpu_ids else "")
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.load is not None:
+            batch = load_batch(batch, **self.load)
         ok = batch["ok"]
         n = len(ok)
         states = np.zeros((n, len(self.layers), self.encoder.d), dtype=np.float32)
@@ -43,6 +51,74 @@ class EncoderActor:
         out["states"] = states
         out["device"] = np.full(n, self.label, dtype=object)
         return out
+
+
+class MultiEncoderActor:
+    """Ray Data actor UDF for several small encoders in one pass (CPU only): each record is read once, then
+    every model's native preprocessing and encoder run on it. One pipeline and one actor start for the whole
+    grid instead of one per model, which dominates the encode time of small encoders. Output columns are the
+    per-model columns of `EncoderActor` prefixed "<i>:" (i: the model's position in `specs`)."""
+
+    def __init__(self, specs: Sequence[EncoderSpec], layers: Sequence[Sequence[int]],
+                 builders: Sequence[Builder | None], x_shapes: Sequence[tuple[int, ...]], root: str,
+                 cpu_threads: int | None = None, shared: list | None = None):
+        import ray
+
+        if cpu_threads:
+            torch.set_num_threads(cpu_threads)
+        self.specs, self.builders, self.x_shapes, self.root = list(specs), list(builders), list(x_shapes), root
+        self.layers = [list(la) for la in layers]
+        # `shared`: per spec, the ObjectRef of the driver's built encoder, or None where it could not be pickled
+        # (built here instead; see EncoderActor)
+        shared = shared or [None] * len(self.specs)
+        self.encoders = [(ray.get(ref) if ref is not None else (b or build_encoder)(s)).to("cpu")
+                         for s, b, ref in zip(self.specs, self.builders, shared, strict=True)]
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        n = len(batch["ecg_id"])
+        waves: list[Waveform | RecordError] = []
+        for i in range(n):
+            try:
+                waves.append(read_input(self.root, {k: batch[k][i] for k in ("path", "fs", "n_samples")}))
+            except RecordError as err:
+                waves.append(err)
+        out = {"ecg_id": batch["ecg_id"].astype(np.int64), "split": batch["split"].astype(object),
+               "path": batch["path"].astype(object)}  # as load_batch has them
+        for m, (spec, builder, x_shape, encoder) in enumerate(zip(self.specs, self.builders, self.x_shapes,
+                                                                   self.encoders, strict=True)):
+            x = np.zeros((n, *x_shape), dtype=np.float32)
+            ok = np.ones(n, dtype=bool)
+            reason, detail = np.full(n, "", dtype=object), np.full(n, "", dtype=object)
+            notes = np.full(n, "[]", dtype=object)
+            for i, wave in enumerate(waves):
+                try:
+                    if isinstance(wave, RecordError):
+                        raise wave
+                    x[i], got = _native(wave, spec, builder, x_shape)
+                except RecordError as err:
+                    ok[i], reason[i], detail[i] = False, err.reason, err.detail
+                    continue
+                notes[i] = json.dumps(got)
+            states = np.zeros((n, len(self.layers[m]), encoder.d), dtype=np.float32)
+            if ok.any():
+                states[ok] = encode_states(encoder, x[ok], self.layers[m])
+            out.update({f"{m}:ok": ok, f"{m}:reason": reason, f"{m}:detail": detail, f"{m}:notes": notes,
+                        f"{m}:states": states, f"{m}:device": np.full(n, "cpu", dtype=object)})
+        return out
+
+
+def _native(wave: Waveform, spec: EncoderSpec, builder: Builder | None,
+            x_shape: tuple[int, ...]) -> tuple[np.ndarray, list[str]]:
+    """One read record -> one model's native input, as a loading worker makes it (meta-device preprocessor,
+    rebuilt for real when its preprocess needs tensors); each model gets its own copy of the signal."""
+    try:
+        return apply_preprocess(dataclasses.replace(wave, signal=wave.signal.copy()),
+                                _preprocessor(spec, builder).preprocess, spec.name, x_shape, wrap_errors=False)
+    except RecordError:
+        raise
+    except Exception:
+        return apply_preprocess(dataclasses.replace(wave, signal=wave.signal.copy()),
+                                _preprocessor(spec, builder, real=True).preprocess, spec.name, x_shape)
 
 
 def encode_states(encoder: ECGEncoder, x: np.ndarray, layers: Sequence[int],

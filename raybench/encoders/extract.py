@@ -3,8 +3,8 @@ actor pool) -> activation store, streamed in manifest order so memory is bounded
 
 The driver builds the encoder once (its fingerprint decides which stores are already complete) and
 puts it in the object store; each actor fetches it instead of building again. Loading workers build a
-weightless copy on the meta device only for `preprocess`. With num_gpus=0, Ray fuses the loading step
-into the actor (same resources), so each actor loads and encodes; with a GPU share the loading runs in
+weightless copy on the meta device only for `preprocess`. With num_gpus=0 each actor loads and encodes
+its batches itself (one Ray Data step, 1 CPU per actor); with a GPU share the loading runs in
 separate CPU tasks feeding the GPU actors. Bad records travel as flagged rows (zeros, never encoded)
 so the driver can quarantine them with their reason while writing the others in manifest order.
 
@@ -15,7 +15,10 @@ what the reader or the preprocessing changed in a record it kept (leads reordere
 resampled, a short record padded) travels as the record's notes into every layer store's index.json
 (`record_notes`: note -> count and the first ecg_ids) and the summary.
 
-`plain_loop_activations` is the single-process reference the Ray path must reproduce.
+`extract_models` runs several small encoders on CPU through one pipeline (MultiEncoderActor: each record read
+once, every model's preprocessing and encoder applied to it) and writes the same per-model stores; starting a
+pipeline and an actor pool per model costs more than encoding demo-size encoders (raybench.encoders.stage
+picks it for the demo size). `plain_loop_activations` is the single-process reference the Ray path must reproduce.
 """
 
 from __future__ import annotations
@@ -26,15 +29,17 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from raybench import progress as live_progress
 from raybench.cohorts.waveforms import RecordError
-from raybench.config import EncoderConfig, layer_for_depth
-from raybench.encoders.actor import EncoderActor, actor_cpus, encode_states
+from raybench.config import EncoderConfig, ResourceConfig, layer_for_depth
+from raybench.encoders.actor import EncoderActor, MultiEncoderActor, actor_cpus, encode_states
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, worker_builder
 from raybench.encoders.loading import (
     MANIFEST_COLUMNS,
@@ -48,10 +53,11 @@ from raybench.encoders.loading import (
 )
 from raybench.encoders.preprocess import SignalError
 from raybench.encoders.store import QUARANTINE_COLUMNS, ActivationStore
+from raybench.resources import with_encoder_gpus
 
 __all__ = ["MANIFEST_COLUMNS", "Builder", "EncoderActor", "ExtractionError", "ManifestRecords", "actor_cpus",
-           "encode_states", "extract_activations", "load_batch", "native_input", "plain_loop_activations",
-           "read_manifest_records", "split_sizes"]
+           "encode_states", "extract_activations", "extract_models", "load_batch", "native_input",
+           "plain_loop_activations", "read_manifest_records", "split_sizes"]
 
 
 # ---------------------------------------------------------------- driver
@@ -59,44 +65,37 @@ __all__ = ["MANIFEST_COLUMNS", "Builder", "EncoderActor", "ExtractionError", "Ma
 def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.PathLike, spec: EncoderSpec,
                         enc_cfg: EncoderConfig, layers: Sequence[int] | None = None, progress: bool = True, *,
                         depths: Sequence[float] | None = None, builder: Builder | None = None,
-                        cpu_threads: int | None = None) -> dict[str, Any]:
+                        cpu_threads: int | None = None, resources: ResourceConfig | None = None) -> dict[str, Any]:
     """Extract the pooled states of `layers` (or of the layers at relative `depths`; default all) into the store.
 
     Layers whose store is already complete for this manifest and encoder fingerprint are skipped; if all
     are, no Ray work runs. `builder` replaces `build_encoder` (tests, unregistered models); it is shipped
     to Ray workers, so it must be picklable. `cpu_threads`: torch threads of an actor that ended up on CPU
-    (default: this node's cores shared by the actor pool). Returns a summary dict.
+    (default: this node's cores shared by the actor pool). `resources` sizes an `auto` encoders.num_gpus
+    (raybench.resources). Returns a summary dict.
     """
     import ray
 
-    from raybench.ray_session import init_ray
+    from raybench.encoders.stage import fingerprint_key
+    from raybench.ray_session import init_ray, quiet_ray_logs
 
     manifest = read_manifest_records(manifest_path)
     store = ActivationStore.for_run(run_root)
     builder = builder or worker_builder(spec.name)  # run-time registrations travel to the workers
-    build = builder or build_encoder
-    encoder = build(spec)
-    fingerprint = encoder.fingerprint()
-    n_layers, d = int(encoder.n_layers), int(encoder.d)
-    wanted = _resolve_layers(n_layers, layers, depths, spec.name)
-    todo = [layer for layer in wanted if not store.is_complete(spec.name, layer, manifest.manifest_hash, fingerprint)]
-    summary: dict[str, Any] = {
-        "model": spec.name, "layers": todo, "skipped_layers": [la for la in wanted if la not in todo],
-        "fingerprint": fingerprint, "manifest_hash": manifest.manifest_hash, "n_layers": n_layers, "d": d,
-        "records": 0, "quarantined": 0, "seconds": 0.0, "records_per_s": 0.0, "devices": [],
-    }
+    encoder, todo, summary = _plan(manifest, store, spec, builder, layers, depths, progress)
     if not todo:
-        if progress:
-            _say(f"[encode] {spec.name}: all {len(wanted)} layer stores complete, skipped")
         return summary
-    if manifest.df.empty:
-        raise ExtractionError(f"manifest {manifest.path} has no records; check the cohort and its quarantine.csv")
+    fingerprint, n_layers, d = summary["fingerprint"], summary["n_layers"], summary["d"]
     x_shape = _probe_shape(encoder, manifest.df)
     init_ray()
+    import ray.data  # noqa: F401  (configures its own logger on first import)
+
+    quiet_ray_logs()
     try:
         shared = [ray.put(encoder)]
     except Exception:  # an adapter that cannot be pickled is built in each actor instead
         shared = None
+    enc_cfg = with_encoder_gpus(enc_cfg, encoder, x_shape, run_root, resources)  # auto -> a GPU share or 0
     del encoder
 
     capacity = split_sizes(manifest.df)
@@ -104,7 +103,8 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
     t0 = time.perf_counter()
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
-    extra = {"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint, "input_shape": list(x_shape)}
+    extra = {"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint, "input_shape": list(x_shape),
+             "fingerprint_key": fingerprint_key(spec) if builder is None else None}
     writers = {layer: store.writer(spec.name, layer, n_layers=n_layers, d=d, manifest_hash=manifest.manifest_hash,
                                    fingerprint=fingerprint, capacity=capacity, extra=extra) for layer in todo}
     baseline = _free_resources()
@@ -113,7 +113,9 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = progress
         ds = _pipeline(manifest, spec, enc_cfg, todo, x_shape, builder, cpu_threads, shared)
-        quarantine, devices, notes = _consume(ds, writers, todo, spec.name, n_total, t0, progress)
+        sink = _Sink(spec.name, writers, todo, n_total)
+        [quarantine] = _consume(ds, [sink], t0, progress)
+        devices, notes = sink.devices, sink.notes
         del ds
         _check_counts(spec.name, writers[todo[0]], capacity, quarantine)
         if len(quarantine):
@@ -133,56 +135,205 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
         _release_failed_pipeline(baseline)
         raise ExtractionError(f"{spec.name}: extraction failed; no partial store was kept, rerun to finish "
                               f"the remaining layers. Cause: {failure}")
+    return _finished(summary, n_total, len(todo), quarantine, devices, notes, dirs, time.perf_counter() - t0,
+                     progress)
+
+
+def extract_models(manifest_path: str | os.PathLike, run_root: str | os.PathLike, specs: Sequence[EncoderSpec],
+                   enc_cfg: EncoderConfig, progress: bool = True, *, depths: Sequence[float] | None = None,
+                   cpu_threads: int | None = None, resources: ResourceConfig | None = None) -> list[dict[str, Any]]:
+    """`extract_activations` for several small encoders at once on CPU: one Ray Data pipeline whose actors hold
+    every encoder still to write (MultiEncoderActor) and read each record once, instead of one pipeline, actor
+    pool and record pass per model. Same stores (values, indices, quarantine) as the per-model path; when
+    encoders.num_gpus resolves to a GPU share it falls back to that path. Returns one summary per spec."""
+    import ray
+
+    from raybench.encoders.stage import fingerprint_key
+    from raybench.ray_session import init_ray, quiet_ray_logs
+
+    manifest = read_manifest_records(manifest_path)
+    store = ActivationStore.for_run(run_root)
+    summaries, jobs = [], []
+    for spec in specs:
+        builder = worker_builder(spec.name)
+        encoder, todo, summary = _plan(manifest, store, spec, builder, None, depths, progress)
+        summaries.append(summary)
+        if todo:
+            jobs.append((spec, builder, encoder, todo, summary, _probe_shape(encoder, manifest.df)))
+    if not jobs:
+        return summaries
+    init_ray()
+    import ray.data  # noqa: F401  (configures its own logger on first import)
+
+    quiet_ray_logs()
+    if any(with_encoder_gpus(enc_cfg, job[2], job[5], run_root, resources).num_gpus for job in jobs):
+        return [extract_activations(manifest_path, run_root, spec, enc_cfg, progress=progress, depths=depths,
+                                    cpu_threads=cpu_threads, resources=resources) for spec in specs]
+    shared = [_put(job[2]) for job in jobs]  # None: an adapter that cannot be pickled is built in each actor
+    capacity = split_sizes(manifest.df)
+    n_total = len(manifest.df)
+    writers = [{layer: store.writer(spec.name, layer, n_layers=summary["n_layers"], d=summary["d"],
+                                    manifest_hash=manifest.manifest_hash, fingerprint=summary["fingerprint"],
+                                    capacity=capacity,
+                                    extra={"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint,
+                                           "input_shape": list(x_shape),
+                                           "fingerprint_key": fingerprint_key(spec) if builder is None else None})
+                for layer in todo} for spec, builder, _, todo, summary, x_shape in jobs]
+    sinks = [_Sink(job[0].name, w, job[3], n_total, f"{i}:") for i, (job, w) in enumerate(zip(jobs, writers,
+                                                                                               strict=True))]
+    jobs = [(spec, builder, todo, x_shape) for spec, builder, _, todo, _, x_shape in jobs]  # drop the encoders
+    t0 = time.perf_counter()
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
+    baseline = _free_resources()
+    failure: str | None = None
+    try:
+        ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = progress
+        ds = _multi_pipeline(manifest, enc_cfg, jobs, cpu_threads, shared)
+        quarantines = _consume(ds, sinks, t0, progress)
+        del ds
+        dirs = []
+        for sink, quarantine in zip(sinks, quarantines, strict=True):
+            _check_counts(sink.name, sink.writers[sink.todo[0]], capacity, quarantine)
+        for sink, quarantine in zip(sinks, quarantines, strict=True):
+            if len(quarantine):
+                store.add_quarantine(sink.name, quarantine)
+            dirs.append([str(sink.writers[layer].finalize()) for layer in sink.todo])
+    except Exception as err:  # re-raised below, once the failed pipeline's actors are released
+        failure = str(err) if isinstance(err, ExtractionError) else _describe(err)
+        del err
+    finally:
+        for w in (w for sink in sinks for w in sink.writers.values()):
+            w.abort()
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+    if failure is not None:
+        _release_failed_pipeline(baseline)  # see extract_activations
+        raise ExtractionError(f"{', '.join(s.name for s in sinks)}: extraction failed; no partial store was kept, "
+                              f"rerun to finish the remaining layers. Cause: {failure}")
     seconds = time.perf_counter() - t0
+    for sink, quarantine, job_dirs in zip(sinks, quarantines, dirs, strict=True):
+        summary = next(s for s in summaries if s["model"] == sink.name)
+        _finished(summary, n_total, len(sink.todo), quarantine, sink.devices, sink.notes, job_dirs, seconds, progress)
+    return summaries
+
+
+def _put(encoder: ECGEncoder):
+    import ray
+
+    try:
+        return ray.put(encoder)
+    except Exception:
+        return None
+
+
+def _plan(manifest: ManifestRecords, store: ActivationStore, spec: EncoderSpec, builder: Builder | None,
+          layers: Sequence[int] | None, depths: Sequence[float] | None,
+          progress: bool) -> tuple[ECGEncoder, list[int], dict[str, Any]]:
+    """Build `spec`'s encoder (its fingerprint decides which stores are complete): (encoder, layers to write,
+    the summary so far)."""
+    encoder = (builder or build_encoder)(spec)
+    fingerprint = encoder.fingerprint()
+    n_layers, d = int(encoder.n_layers), int(encoder.d)
+    wanted = _resolve_layers(n_layers, layers, depths, spec.name)
+    todo = [layer for layer in wanted if not store.is_complete(spec.name, layer, manifest.manifest_hash, fingerprint)]
+    summary: dict[str, Any] = {
+        "model": spec.name, "layers": todo, "skipped_layers": [la for la in wanted if la not in todo],
+        "fingerprint": fingerprint, "manifest_hash": manifest.manifest_hash, "n_layers": n_layers, "d": d,
+        "records": 0, "quarantined": 0, "seconds": 0.0, "records_per_s": 0.0, "devices": [],
+    }
+    if not todo:
+        if progress:
+            _say(f"[encode] {spec.name}: all {len(wanted)} layer stores complete, skipped")
+    elif manifest.df.empty:
+        raise ExtractionError(f"manifest {manifest.path} has no records; check the cohort and its quarantine.csv")
+    return encoder, todo, summary
+
+
+def _finished(summary: dict[str, Any], n_total: int, n_layers_done: int, quarantine: pd.DataFrame,
+              devices: set[str], notes: dict[str, list[int]], dirs: list[str], seconds: float,
+              progress: bool) -> dict[str, Any]:
+    """`summary` completed with what one model's extraction wrote (and its closing lines with `progress`)."""
+    name = summary["model"]
     n_ok = n_total - len(quarantine)
     summary.update(records=n_ok, quarantined=len(quarantine), seconds=seconds, records_per_s=n_total / seconds,
                    devices=sorted(devices), store_dirs=dirs,
                    quarantine_reasons=quarantine["reason"].value_counts().to_dict() if len(quarantine) else {},
                    record_notes={text: len(ids) for text, ids in notes.items()})
     if progress:
-        _say(f"[encode] {spec.name}: {n_ok} records ({len(quarantine)} quarantined) x {len(todo)} layers in "
+        _say(f"[encode] {name}: {n_ok} records ({len(quarantine)} quarantined) x {n_layers_done} layers in "
              f"{seconds:.1f}s, {n_total / seconds:.1f} rec/s on {', '.join(sorted(devices))}")
         for text, ids in sorted(notes.items(), key=lambda kv: -len(kv[1])):
-            _say(f"[encode] {spec.name}: note on {len(ids)} records: {text}")
+            _say(f"[encode] {name}: note on {len(ids)} records: {text}")
     return summary
 
 
-def _consume(ds, writers: dict, todo: list[int], name: str, n_total: int, t0: float,
-             progress: bool) -> tuple[pd.DataFrame, set[str], dict[str, list[int]]]:
-    """Stream the pipeline's batches into the layer writers in manifest order; returns (quarantine, devices,
-    notes: note text -> ecg_ids of the kept records it applies to). The writers get the notes too."""
-    bad: list[pd.DataFrame] = []
-    notes: dict[str, list[int]] = {}
-    seen = 0
+class _Sink:
+    """One model's share of the batch stream: its layer writers, quarantined rows, record notes and progress.
+    `prefix` picks its columns in a multi-model stream (MultiEncoderActor's "<i>:")."""
+
+    def __init__(self, name: str, writers: dict, todo: list[int], n_total: int, prefix: str = ""):
+        self.name, self.writers, self.todo, self.n_total, self.prefix = name, writers, todo, n_total, prefix
+        self.bad: list[pd.DataFrame] = []
+        self.notes: dict[str, list[int]] = {}
+        self.devices: set[str] = set()
+        self.seen = 0
+        self.key = f"encode:{name}"
+
+    def take(self, batch: dict[str, np.ndarray]) -> None:
+        p = self.prefix
+        ids, split = batch["ecg_id"], batch["split"].astype(str)
+        ok, states = batch[p + "ok"], batch[p + "states"]
+        for s in np.unique(split[ok]):
+            mask = ok & (split == s)
+            for j, layer in enumerate(self.todo):
+                self.writers[layer].append(s, ids[mask], states[mask, j])
+        for i in np.flatnonzero(ok):
+            for text in json.loads(batch[p + "notes"][i]):
+                self.notes.setdefault(text, []).append(int(ids[i]))
+        if not ok.all():
+            cols = {k: batch[k if k in ("ecg_id", "split", "path") else p + k][~ok] for k in QUARANTINE_COLUMNS}
+            self.bad.append(pd.DataFrame(cols))
+        self.devices.update(str(v) for v in np.unique(batch[p + "device"]))
+        self.seen += len(ids)
+
+    def close(self) -> pd.DataFrame:
+        """The quarantined rows; the writers get the notes."""
+        quarantine = (pd.concat(self.bad, ignore_index=True) if self.bad
+                      else pd.DataFrame(columns=list(QUARANTINE_COLUMNS)))
+        for writer in self.writers.values():
+            writer.set_notes(self.notes)
+        return quarantine
+
+
+def _consume(ds, sinks: list[_Sink], t0: float, progress: bool) -> list[pd.DataFrame]:
+    """Stream the pipeline's batches into every sink's layer writers in manifest order; returns each sink's
+    quarantine. Progress: records done/total per model on the live display, and a line every 30 s."""
     last_id = -(2**63)
-    devices: set[str] = set()
     last_report = t0
+    display = live_progress.current()
+    for sink in sinks:
+        display.start(sink.key, f"encode {sink.name}", sink.n_total, "records")
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1):
         ids = batch["ecg_id"]
         if len(ids) and (ids[0] <= last_id or np.any(np.diff(ids) <= 0)):
             raise ExtractionError("Ray Data returned records out of manifest order; preserve_order was not honored")
         if len(ids):
             last_id = int(ids[-1])
-        ok, split, states = batch["ok"], batch["split"].astype(str), batch["states"]
-        for s in np.unique(split[ok]):
-            mask = ok & (split == s)
-            for j, layer in enumerate(todo):
-                writers[layer].append(s, ids[mask], states[mask, j])
-        for i in np.flatnonzero(ok):
-            for text in json.loads(batch["notes"][i]):
-                notes.setdefault(text, []).append(int(ids[i]))
-        if not ok.all():
-            bad.append(pd.DataFrame({k: batch[k][~ok] for k in QUARANTINE_COLUMNS}))
-        devices.update(str(v) for v in np.unique(batch["device"]))
-        seen += len(ids)
+        for sink in sinks:
+            sink.take(batch)
+            display.update(sink.key, done=sink.seen)
         now = time.perf_counter()
         if progress and now - last_report > 30:
-            _say(f"[encode] {name}: {seen}/{n_total} records, {seen / (now - t0):.1f} rec/s")
+            for sink in sinks:
+                _say(f"[encode] {sink.name}: {sink.seen}/{sink.n_total} records, {sink.seen / (now - t0):.1f} rec/s")
             last_report = now
-    quarantine = pd.concat(bad, ignore_index=True) if bad else pd.DataFrame(columns=list(QUARANTINE_COLUMNS))
-    for writer in writers.values():
-        writer.set_notes(notes)
-    return quarantine, devices, notes
+    out = []
+    for sink in sinks:
+        quarantine = sink.close()
+        display.finish(sink.key, f"{len(quarantine)} quarantined" if len(quarantine) else None)
+        out.append(quarantine)
+    return out
 
 
 def _check_counts(name: str, first_writer, capacity: dict[str, int], quarantine: pd.DataFrame) -> None:
@@ -223,24 +374,62 @@ def _release_failed_pipeline(baseline: dict[str, float], timeout_s: float = 30.0
         time.sleep(0.2)
 
 
+def _blocks(df: pd.DataFrame, batch_size: int) -> list[pd.DataFrame]:
+    """One block per batch so loading runs in parallel tasks (list form: override_num_blocks trips on pandas 3)."""
+    step = math.ceil(len(df) / max(1, math.ceil(len(df) / batch_size)))
+    return [df.iloc[i:i + step] for i in range(0, len(df), step)]
+
+
+def _multi_pipeline(manifest: ManifestRecords, enc_cfg: EncoderConfig, jobs: list[tuple], cpu_threads: int | None,
+                    shared: list | None):
+    import ray
+
+    if cpu_threads is None:
+        cpu_threads = max(1, (os.cpu_count() or 1) // enc_cfg.max_actors)
+    ds = ray.data.from_pandas(_blocks(manifest.df.loc[:, list(MANIFEST_COLUMNS)], enc_cfg.batch_size))
+    specs, builders, layers, x_shapes = (list(col) for col in zip(*jobs, strict=True))
+    with warnings.catch_warnings():  # max_restarts has no named parameter in the pinned Ray Data yet
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        return ds.map_batches(
+            MultiEncoderActor,
+            fn_constructor_kwargs={"specs": specs, "layers": layers, "builders": builders, "x_shapes": x_shapes,
+                                   "root": manifest.root, "cpu_threads": cpu_threads, "shared": shared},
+            compute=ray.data.ActorPoolStrategy(min_size=enc_cfg.min_actors, max_size=enc_cfg.max_actors),
+            max_restarts=0,  # as in _actor_stage
+            num_cpus=1.0, batch_size=enc_cfg.batch_size, batch_format="numpy",
+        )
+
+
 def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConfig, layers: list[int],
               x_shape: tuple[int, ...], builder: Builder | None, cpu_threads: int | None, shared: list | None):
     import ray
 
-    df = manifest.df.loc[:, list(MANIFEST_COLUMNS)]
-    n_blocks = max(1, math.ceil(len(df) / enc_cfg.batch_size))
     if cpu_threads is None:
         cpu_threads = max(1, (os.cpu_count() or 1) // enc_cfg.max_actors)
-    # one block per batch so loading runs in parallel tasks (list form: override_num_blocks trips on pandas 3)
-    step = math.ceil(len(df) / n_blocks)
-    ds = ray.data.from_pandas([df.iloc[i:i + step] for i in range(0, len(df), step)])
-    ds = ds.map_batches(load_batch, batch_size=enc_cfg.batch_size, batch_format="numpy", num_cpus=1,
-                        fn_kwargs={"root": manifest.root, "spec": spec, "builder": builder, "x_shape": x_shape})
+    ds = ray.data.from_pandas(_blocks(manifest.df.loc[:, list(MANIFEST_COLUMNS)], enc_cfg.batch_size))
+    load = {"root": manifest.root, "spec": spec, "builder": builder, "x_shape": x_shape}
+    on_gpu = bool(enc_cfg.num_gpus)
+    if on_gpu:  # loading in 1-CPU tasks feeding the GPU actors
+        ds = ds.map_batches(load_batch, batch_size=enc_cfg.batch_size, batch_format="numpy", num_cpus=1,
+                            fn_kwargs=load)
+    with warnings.catch_warnings():  # max_restarts has no named parameter in the pinned Ray Data yet
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        return _actor_stage(ds, spec, enc_cfg, layers, builder, cpu_threads, shared, None if on_gpu else load)
+
+
+def _actor_stage(ds, spec: EncoderSpec, enc_cfg: EncoderConfig, layers: list[int], builder: Builder | None,
+                 cpu_threads: int, shared: list | None, load: dict | None):
+    import ray
+
     return ds.map_batches(
         EncoderActor,
         fn_constructor_kwargs={"spec": spec, "layers": layers, "builder": builder, "cpu_threads": cpu_threads,
-                               "shared": shared},
+                               "shared": shared, "load": load},
         compute=ray.data.ActorPoolStrategy(min_size=enc_cfg.min_actors, max_size=enc_cfg.max_actors),
+        # Ray Data hands its actors their constructor arguments as object refs, and Ray refuses (loudly) to
+        # promise a restart with those; a crashed encoder actor fails the extraction instead, which names the
+        # model and is finished by a rerun (complete layer stores are kept).
+        max_restarts=0,
         num_gpus=enc_cfg.num_gpus or None,
         num_cpus=actor_cpus(enc_cfg.num_gpus, enc_cfg.max_actors, ray.cluster_resources().get("CPU", 1.0)),
         batch_size=enc_cfg.batch_size, batch_format="numpy",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from raybench.config import RunConfig
@@ -30,11 +31,55 @@ def encoder_spec(cfg: RunConfig, model: str) -> EncoderSpec:
                        init_seed=enc.init_seed)
 
 
+def fingerprint_key(spec: EncoderSpec | SimpleNamespace) -> str | None:
+    """A cheap stand-in for a built-in encoder's fingerprint (which hashes its weights, so needs a build): the
+    spec, the checkpoint file's size and mtime, the adapters' and the builder's source and the versions of
+    the libraries that initialise weights. Stores record it beside the fingerprint, so a rerun's completeness
+    check reads the fingerprint from a store whose key matches instead of rebuilding six encoders. None for
+    encoders whose code lives outside raybench (plugins, run-time registrations): those are built."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    from raybench.encoders.models import BUILTIN
+
+    if spec.name not in BUILTIN:
+        return None
+    h = hashlib.sha256(repr((spec.name, spec.size, spec.checkpoint, spec.profile, spec.init_seed)).encode())
+    if spec.checkpoint:
+        ck = Path(spec.checkpoint).expanduser()
+        st = ck.stat() if ck.exists() else None
+        h.update(repr((str(ck.resolve()), st and st.st_size, st and st.st_mtime_ns)).encode())
+    for lib in ("torch", "numpy", "transformers"):
+        try:
+            h.update(f"{lib}={version(lib)}".encode())
+        except PackageNotFoundError:
+            h.update(f"{lib}=-".encode())
+    here = Path(__file__).parent  # what the fingerprint hashes comes from the adapters and the build in base.py
+    for path in [here / "base.py", *sorted((here / "models").rglob("*.py"))]:
+        h.update(path.relative_to(here).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _recorded_fingerprint(store, model: str, key: str | None) -> tuple[str, int] | None:
+    """(fingerprint, n_layers) from any of `model`'s stores written under fingerprint key `key`."""
+    if key is None:
+        return None
+    for layer in store.layers(model):
+        try:
+            idx = store.index(model, layer)
+        except (OSError, ValueError):
+            continue
+        if idx.get("fingerprint_key") == key:
+            return str(idx["fingerprint"]), int(idx["n_layers"])
+    return None
+
+
 def encode_complete(cfg: RunConfig) -> bool:
-    """Every audited store matches the *current* manifest hash and encoder fingerprint (not its own index)."""
+    """Every audited store matches the *current* manifest hash and encoder fingerprint (not its own index).
+    The fingerprint comes from a store recording the same `fingerprint_key`, else from building the encoder."""
     from raybench.cohorts.manifest import ManifestError, load_manifest
     from raybench.config import audited_layers
-    from raybench.encoders.base import build_encoder
     from raybench.encoders.store import ActivationStore
 
     layout = RunLayout.at(cfg.run_dir)
@@ -45,10 +90,22 @@ def encode_complete(cfg: RunConfig) -> bool:
     except ManifestError:
         return False  # the encode stage reports what is wrong with it
     store = ActivationStore(layout.activations_dir)
-    for model in cfg.protocol.grid.models:
-        encoder = build_encoder(encoder_spec(cfg, model))
-        fingerprint, n_layers = encoder.fingerprint(), int(encoder.n_layers)
-        del encoder
+    enc = cfg.encoders
+    models = cfg.protocol.grid.models
+    if not all(store.layers(model) for model in models):
+        return False  # a model without any store: no encoder build needed to know
+    for model in models:
+        # EncoderSpec's fields without importing torch (EncoderSpec lives beside the torch encoders)
+        fields = SimpleNamespace(name=model, size=enc.size, checkpoint=enc.checkpoints.get(model),
+                                 profile=enc.profile, init_seed=enc.init_seed)
+        known = _recorded_fingerprint(store, model, fingerprint_key(fields))
+        if known is None:
+            from raybench.encoders.base import build_encoder
+
+            encoder = build_encoder(encoder_spec(cfg, model))
+            known = encoder.fingerprint(), int(encoder.n_layers)
+            del encoder
+        fingerprint, n_layers = known
         for layer in audited_layers(cfg.protocol, n_layers):
             if not store.is_complete(model, layer, manifest_hash, fingerprint):
                 return False
@@ -56,23 +113,41 @@ def encode_complete(cfg: RunConfig) -> bool:
 
 
 def encode_run(cfg: RunConfig, remote: str | None = None) -> str:
-    from raybench.config import audited_layers
-    from raybench.encoders.base import build_encoder
     from raybench.encoders.extract import extract_activations
 
     layout = RunLayout.at(cfg.run_dir)
     enc = cfg.encoders
-    for model in cfg.protocol.grid.models:
-        spec = encoder_spec(cfg, model)
-        n_layers = build_encoder(spec).n_layers
-        extract_activations(layout.manifest, layout.root, spec, enc, layers=audited_layers(cfg.protocol, n_layers),
-                            progress=False)
+    grid = cfg.protocol.grid
+    # the audited depths (protocol.audited_layers' set): extraction maps them to layers with the encoder it
+    # builds anyway, instead of a second build here just to learn n_layers
+    depths = sorted({*grid.depths, *(() if grid.sensitivity_depth is None else (grid.sensitivity_depth,))})
+    if one_pipeline(cfg, grid.models):
+        from raybench.encoders.extract import extract_models
+
+        extract_models(layout.manifest, layout.root, [encoder_spec(cfg, m) for m in grid.models], enc,
+                       depths=depths, progress=False, resources=cfg.resources)
+        return f"{len(grid.models)} encoders"
+    for model in grid.models:
+        extract_activations(layout.manifest, layout.root, encoder_spec(cfg, model), enc, depths=depths,
+                            progress=False, resources=cfg.resources)
     return f"{len(cfg.protocol.grid.models)} encoders"
 
 
+def one_pipeline(cfg: RunConfig, models: list[str]) -> bool:
+    """Whether `models` share one Ray Data pipeline (extract_models): several demo-size encoders on CPU, where
+    starting a pipeline and an actor per model would cost more than encoding. Full-size encoders and GPU
+    shares keep one pipeline per model (each actor holds one large encoder)."""
+    from raybench.resources import declared_gpus
+
+    return len(models) > 1 and cfg.encoders.size == "demo" and declared_gpus(cfg.encoders.num_gpus,
+                                                                             cfg.resources) == 0
+
+
 def encode_resources(cfg: RunConfig) -> Resources:
-    """One encoder actor: a CPU and the configured GPU share (encoders.num_gpus)."""
-    return Resources(cpus=1.0, gpus=float(cfg.encoders.num_gpus))
+    """One encoder actor: a CPU and the configured GPU share (encoders.num_gpus; auto: raybench.resources)."""
+    from raybench.resources import declared_gpus
+
+    return Resources(cpus=1.0, gpus=declared_gpus(cfg.encoders.num_gpus, cfg.resources))
 
 
 def with_encoder_overrides(cfg: RunConfig, **overrides) -> RunConfig:
@@ -91,15 +166,31 @@ def encode_models(cfg: RunConfig, models: list[str], all_layers: bool = False,
 
     manifest = check_encodable(cfg)
     init_ray(cfg.resources)
+    if one_pipeline(cfg, models):
+        from raybench.encoders.extract import extract_models
+
+        try:
+            summaries = extract_models(manifest, cfg.run_dir, [encoder_spec(cfg, m) for m in models], cfg.encoders,
+                                       progress=progress, depths=None if all_layers else cfg.protocol.grid.depths,
+                                       resources=cfg.resources)
+        except (RaybenchError, KeyError, ValueError) as err:
+            raise EncodeError(str(err)) from err
+        yield from (_summary_line(s['model'], s) for s in summaries)
+        return
     for name in models:
         spec = encoder_spec(cfg, name)
         try:
             summary = extract_activations(manifest, cfg.run_dir, spec, cfg.encoders, progress=progress,
-                                          depths=None if all_layers else cfg.protocol.grid.depths)
+                                          depths=None if all_layers else cfg.protocol.grid.depths,
+                                          resources=cfg.resources)
         except (RaybenchError, KeyError, ValueError) as err:
             raise EncodeError(f"{name}: {err}") from err
-        yield (f"{name}: layers written {summary['layers']}, already complete {summary['skipped_layers']}, "
-               f"{summary['records']} records, {summary['quarantined']} quarantined")
+        yield _summary_line(name, summary)
+
+
+def _summary_line(name: str, summary: dict) -> str:
+    return (f"{name}: layers written {summary['layers']}, already complete {summary['skipped_layers']}, "
+            f"{summary['records']} records, {summary['quarantined']} quarantined")
 
 
 def check_encodable(cfg: RunConfig) -> Path:

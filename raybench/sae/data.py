@@ -46,6 +46,7 @@ class CellData:
     # complete_case: [len(selection_idx), C] bool, concept present on each selection record; None: fill_zero
     selection_present: np.ndarray | None = None
     missing_concepts: Policy = "fill_zero"  # the resolved policy (module doc)
+    ecg_ids: dict[str, np.ndarray] | None = None  # split -> [n] ecg_id of each row of acts (feature dashboards)
 
 
 def missing_policy(eval_cfg: EvalProtocol, concept_source: str) -> Policy:
@@ -139,4 +140,4 @@ def load_cell_data(run_root: str | Path, model: str, layer: int, eval_cfg: EvalP
     if policy == "complete_case":
         mask = pd.DataFrame(concept_present(manifest, names), index=by_id.index)
         present = mask.loc[ids["train"][selection_idx]].to_numpy(bool)
-    return CellData(acts, concepts, names, test_codes, patients, selection_idx, present, policy)
+    return CellData(acts, concepts, names, test_codes, patients, selection_idx, present, policy, ids)

@@ -23,9 +23,13 @@ from raybench.config import ModelDims, RunConfig, to_dict
 from raybench.encoders.store import ActivationStore
 from raybench.paths import RunLayout
 from raybench.privacy import failure_text, is_credentialed
+from raybench.resources import run_trial_gpus
 from raybench.sae.cells import CellSpec, build_cells, group_trials
 from raybench.sae.cells_table import collect_cells_table
+from raybench.sae.grid_progress import GridProgress, progress_callback
+from raybench.sae.grid_progress import finish as finish_progress
 from raybench.sae.provenance import cell_done, check_stores_match_manifest, expected_provenance
+from raybench.sae.tracking import tracking_callbacks
 from raybench.sae.trial import train_cells_trial
 from raybench.sae.tune_experiments import check_owner_stamp, experiment_dirs, fs_join, write_owner_stamp
 
@@ -59,20 +63,24 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
                 if not all(cell_done(layout, expect, c) for s in stacks for c in s)}
 
     errors: dict[str, str] = {}
-    if pending_trials():
-        errors = _fit(cfg, layout, pending_trials, fail_once_dir, verbose, remote_uri, hold_dir)
+    pending = pending_trials()
+    shown = GridProgress.of(len(cells), pending, lambda c: cell_done(layout, expect, c),
+                            credentialed=is_credentialed(cfg))  # the run's live display (raybench.progress)
+    if pending:
+        errors = _fit(cfg, layout, pending_trials, fail_once_dir, verbose, remote_uri, hold_dir, shown)
     if remote_uri:
         from raybench.storage import sync_down
 
         sync_down(remote_uri, layout.root, "cells")
     table = collect_cells_table(cfg, cells, errors)
     write_table(layout.cells_table, table)
+    finish_progress(shown, int((table["status"] == "ok").sum()))
     return table
 
 
 def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[str, list[list[CellSpec]]]],
          fail_once_dir: str | None, verbose: int, remote_uri: str | None = None,
-         hold_dir: str | None = None) -> dict[str, str]:
+         hold_dir: str | None = None, shown: GridProgress | None = None) -> dict[str, str]:
     """Run Tune for the pending trials; returns stack_id -> failure reason.
 
     The newest experiment of this config is restored first (its unfinished and errored trials resume from
@@ -95,7 +103,8 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
     base = f"{EXPERIMENT}-{cfg.config_hash()}"
     experiments = experiment_dirs(fs, storage, base)
     threads = max(1, int(res.trial_cpus))
-    trainable = tune.with_resources(train_cells_trial, {"cpu": res.trial_cpus, "gpu": res.trial_gpus})
+    gpus = run_trial_gpus(cfg, layout.root)  # trial_gpus, auto resolved against the cluster (raybench.resources)
+    trainable = tune.with_resources(train_cells_trial, {"cpu": res.trial_cpus, "gpu": gpus})
     errors: dict[str, str] = {}
     if experiments and tune.Tuner.can_restore(experiments[-1].path, storage_filesystem=storage_fs):
         exp_dir = experiments[-1].path
@@ -123,19 +132,23 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
         "fail_once_dir": fail_once_dir,
         "hold_dir": hold_dir,
         "threads": threads,
+        "log_every": cfg.tracking.log_every if cfg.tracking.enabled else 0,  # raybench.sae.tracking
         "stacks": tune.grid_search([[[c.to_dict() for c in stack] for stack in stacks]
                                     for stacks in pending.values()]),
     }
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
-        tune_config=tune.TuneConfig(max_concurrent_trials=res.max_concurrent_trials or None),
+        # reuse_actors: a finished trial's worker process takes the next trial (same resources), so each trial
+        # does not pay a process start and the torch / raybench imports again
+        tune_config=tune.TuneConfig(max_concurrent_trials=res.max_concurrent_trials or None, reuse_actors=True),
         run_config=tune.RunConfig(
             name=os.path.basename(exp_dir),
             storage_path=storage,
             storage_filesystem=storage_fs,
             failure_config=tune.FailureConfig(max_failures=res.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            callbacks=[*tracking_callbacks(cfg), *([progress_callback(shown)] if shown is not None else [])],
             verbose=verbose,
         ),
     )

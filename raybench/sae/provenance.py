@@ -13,13 +13,16 @@ from pathlib import Path
 
 from raybench.encoders.store import ActivationStore, StoreError
 from raybench.paths import RunLayout
+from raybench.run_changes import compatible_hashes
 from raybench.sae.cells import CellSpec
 
 
-def cell_complete(cell_dir: Path, expect: dict[str, str] | None = None) -> bool:
+def cell_complete(cell_dir: Path, expect: dict[str, str] | None = None,
+                  config_hashes: frozenset[str] = frozenset()) -> bool:
     """A cell folder exists only after its atomic rename, and metrics.json is in it.
 
-    With `expect` (see `expected_provenance`) the cell must also record exactly those values.
+    With `expect` (see `expected_provenance`) the cell must also record exactly those values, except that its
+    config_hash may also be one of `config_hashes` (the run's earlier hashes: raybench.run_changes).
     """
     path = cell_dir / "metrics.json"
     if not path.exists():
@@ -30,7 +33,8 @@ def cell_complete(cell_dir: Path, expect: dict[str, str] | None = None) -> bool:
         recorded = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return all(recorded.get(key) == value for key, value in expect.items())
+    return all(recorded.get(key) == value or (key == "config_hash" and recorded.get(key) in config_hashes)
+               for key, value in expect.items())
 
 
 def activation_provenance(run_root: str | Path, model: str, layer: int) -> dict[str, str] | None:
@@ -57,9 +61,12 @@ def expected_provenance(run_root: str | Path, config_hash: str,
 
 
 def cell_done(layout: RunLayout, expect: dict[str, dict[str, str] | None], cell: CellSpec) -> bool:
-    """`cell` is complete and records what `expect` (expected_provenance) says it must."""
+    """`cell` is complete and records what `expect` (expected_provenance) says it must; a cell trained before the
+    run's model list changed records an earlier, compatible config hash (raybench.run_changes)."""
     want = expect.get(cell.cell_id)
-    return want is not None and cell_complete(layout.cell_dir(cell.cell_id), want)
+    if want is None:
+        return False
+    return cell_complete(layout.cell_dir(cell.cell_id), want, compatible_hashes(layout.root, want["config_hash"]))
 
 
 def check_stores_match_manifest(layout: RunLayout, cells: list[CellSpec]) -> None:

@@ -14,19 +14,10 @@ import torch
 import torch.nn.functional as F
 
 # AuxK entries are B * min(aux_k, n_dead) scattered (sample, dead latent) pairs. While the dead
-# latents they touch are few, five small dense GEMMs over just those latents beat per-entry
+# latents they touch are few, four small dense GEMMs over just those latents beat per-entry
 # gathers (each decoder row is read once, not once per sample); beyond ~16 * aux_k touched latents
 # the per-entry kernels win (measured on the 2-core box at E = 32: bench/sae_train.py).
 AUX_BLOCK_MAX_RATIO = 16
-
-
-class EntryGrads(NamedTuple):
-    """What the gradients of a set of code entries touched."""
-
-    touched: torch.Tensor
-    """[u] the latents (decoder/encoder rows) whose gradients were added to, ascending."""
-    dxc: torch.Tensor
-    """[B, d] dL/dxc, the gradient reaching the centred input xc = x - b_dec."""
 
 
 class AuxGrads(NamedTuple):
@@ -34,8 +25,6 @@ class AuxGrads(NamedTuple):
 
     touched: torch.Tensor
     """[u] the dead latents whose rows were added to."""
-    dxc: torch.Tensor
-    """[B, d] dL/dxc of the AuxK term."""
     loss: torch.Tensor
     """() the AuxK value before aux_coef: MSE of the dead latents' reconstruction of the residual."""
 
@@ -53,11 +42,13 @@ def project_rows(gwd: torch.Tensor, w_dec: torch.Tensor, cdot: torch.Tensor, tou
 
 
 def entry_grads(crow: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, gup: torch.Tensor,
-                w_dec: torch.Tensor, w_enc: torch.Tensor, xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor,
-                gbe: torch.Tensor, cdot: torch.Tensor) -> EntryGrads:
+                w_dec: torch.Tensor, xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor, gbe: torch.Tensor,
+                cdot: torch.Tensor, corder: torch.Tensor | None = None) -> torch.Tensor:
     """Gradients from code entries (row-major, CSR `crow`) whose reconstruction gets upstream grad `gup` [B, d].
 
-    Adds into the decoder/encoder row grads and b_enc grad, and <dL/dw_j, w_j> into `cdot`.
+    Adds into the decoder/encoder row grads and b_enc grad, and <dL/dw_j, w_j> into `cdot`; returns the latents
+    whose rows were added to, ascending. `corder`: argsort(cols) when the caller has it. The gradient reaching
+    the input (for b_dec) is left to the caller: its batch sum is gbe @ w_enc.
     """
     b, n = gup.shape[0], w_dec.shape[0]
     with warnings.catch_warnings():  # "CSR support is in beta": used here only as the SDDMM pattern
@@ -66,7 +57,7 @@ def entry_grads(crow: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals
     dz = torch.sparse.sampled_addmm(mask, gup, w_dec.T, beta=0.0).values()  # <gup[b], w_dec[j]> per entry
     dpre = dz * (vals > 0)  # ReLU gate
     cdot.index_add_(0, cols, dz * vals)
-    corder = torch.argsort(cols)
+    corder = torch.argsort(cols) if corder is None else corder
     cs = cols.index_select(0, corder)
     uniq, counts = torch.unique_consecutive(cs, return_counts=True)
     coffs = torch.cumsum(counts, 0) - counts
@@ -76,55 +67,60 @@ def entry_grads(crow: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals
     gwe.index_add_(0, uniq, F.embedding_bag(r, xc, coffs, mode="sum",
                                             per_sample_weights=dpre.index_select(0, corder)))
     gbe.index_add_(0, cols, dpre)
-    dxc = F.embedding_bag(cols, w_enc, crow[:-1], mode="sum", per_sample_weights=dpre)
-    return EntryGrads(uniq, dxc)
+    return uniq
 
 
-def _aux_entries(p: torch.Tensor, dead: torch.Tensor, aux_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per sample, the top-aux_k dead pre-activations of p [B, N]: (rows, cols, values), row-major."""
-    b = p.shape[0]
-    dead_idx = dead.nonzero().squeeze(1)
-    kx = min(aux_k, dead_idx.numel())
-    pd = p.index_select(1, dead_idx)
-    if kx < dead_idx.numel():
-        vals, pos = pd.topk(kx, dim=1, sorted=False)
-        cols = dead_idx[pos]
-    else:
-        vals, cols = pd, dead_idx.expand(b, kx)
-    rows = torch.arange(b, device=p.device).repeat_interleave(kx)
-    return rows, cols.reshape(-1), vals.reshape(-1)
+def _aux_block(z: torch.Tensor, lat: torch.Tensor, coef: float, e: torch.Tensor, w_dec: torch.Tensor,
+               xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor, gbe: torch.Tensor,
+               cdot: torch.Tensor) -> AuxGrads:
+    """The AuxK term from its code as a dense block z [B, u] over latents `lat` [u] (ascending): small GEMMs."""
+    b, d = e.shape
+    wu = F.embedding(lat, w_dec)
+    ea = z @ wu + e  # aux recon - (x - x_hat)
+    ga = ea * (2.0 * coef / (b * d))
+    dz = ga @ wu.T
+    dpre = dz * (z > 0)
+    cdot.index_add_(0, lat, (dz * z).sum(dim=0))
+    gwd.index_add_(0, lat, z.T @ ga)
+    gwe.index_add_(0, lat, dpre.T @ xc)
+    gbe.index_add_(0, lat, dpre.sum(dim=0))
+    return AuxGrads(lat, ea.square().mean())
 
 
 def aux_grads(p: torch.Tensor, dead: torch.Tensor, aux_k: int, coef: float, e: torch.Tensor, w_dec: torch.Tensor,
-              w_enc: torch.Tensor, xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor,
-              gbe: torch.Tensor, cdot: torch.Tensor) -> AuxGrads:
+              xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor, gbe: torch.Tensor,
+              cdot: torch.Tensor) -> AuxGrads:
     """AuxK: per sample the top-aux_k dead pre-activations reconstruct the residual x - x_hat (detached).
 
-    Adds its gradients (scaled by `coef`) into the row grads and `cdot`.
+    Adds its gradients (scaled by `coef`) into the row grads and `cdot`. Three equivalent layouts of the same
+    entries, by size: a dense block over all dead latents (few dead: no index bookkeeping at all), a dense block
+    over the dead latents the entries touch, or per-entry kernels (entry_grads). Block columns without entries
+    add exact zeros.
     """
-    b, d = e.shape
-    rows, cols, vals = _aux_entries(p, dead, aux_k)
-    kx = cols.numel() // b
+    b = p.shape[0]
+    dead_idx = dead.nonzero().squeeze(1)
+    kx = min(aux_k, dead_idx.numel())
+    pd = p.index_select(1, dead_idx)  # [B, n_dead]
+    if kx == dead_idx.numel():
+        vals, pos = pd, None
+    else:
+        vals, pos = pd.topk(kx, dim=1, sorted=False)
+    if dead_idx.numel() <= AUX_BLOCK_MAX_RATIO * kx:
+        z = pd if pos is None else torch.zeros_like(pd).scatter_(1, pos, vals)
+        return _aux_block(z, dead_idx, coef, e, w_dec, xc, gwd, gwe, gbe, cdot)
+    cols = dead_idx.expand(b, kx) if pos is None else dead_idx[pos]  # [B, kx]
     uniq = torch.unique(cols)
     if uniq.numel() <= AUX_BLOCK_MAX_RATIO * kx:
-        z = torch.zeros(b, uniq.numel(), device=p.device, dtype=p.dtype)
-        z[rows, torch.searchsorted(uniq, cols.contiguous())] = vals
-        wu, weu = F.embedding(uniq, w_dec), F.embedding(uniq, w_enc)
-        ea = z @ wu + e  # aux recon - (x - x_hat)
-        ga = ea * (2.0 * coef / (b * d))
-        dz = ga @ wu.T
-        dpre = dz * (z > 0)
-        cdot.index_add_(0, uniq, (dz * z).sum(dim=0))
-        gwd.index_add_(0, uniq, z.T @ ga)
-        gwe.index_add_(0, uniq, dpre.T @ xc)
-        gbe.index_add_(0, uniq, dpre.sum(dim=0))
-        return AuxGrads(uniq, dpre @ weu, ea.square().mean())
-    cols2 = cols.view(b, kx)
-    cols2, o = cols2.sort(dim=1)  # CSR wants sorted columns within a row
-    vals = vals.view(b, kx).gather(1, o).reshape(-1)
-    cols = cols2.reshape(-1)
+        where = dead_idx.new_empty(p.shape[1])  # latent -> its column in the block
+        where[uniq] = torch.arange(uniq.numel(), device=p.device)
+        z = p.new_zeros(b, uniq.numel()).scatter_(1, where[cols], vals)
+        return _aux_block(z, uniq, coef, e, w_dec, xc, gwd, gwe, gbe, cdot)
+    cols, o = cols.sort(dim=1)  # CSR wants sorted columns within a row
+    vals = vals.gather(1, o).reshape(-1)
+    cols = cols.reshape(-1)
+    rows = torch.arange(b, device=p.device).repeat_interleave(kx)
     crow = torch.arange(b + 1, device=p.device) * kx
     ea = F.embedding_bag(cols, w_dec, crow[:-1], mode="sum", per_sample_weights=vals) + e
-    ga = ea * (2.0 * coef / (b * d))
-    touched, dxc = entry_grads(crow, rows, cols, vals, ga, w_dec, w_enc, xc, gwd, gwe, gbe, cdot)
-    return AuxGrads(touched, dxc, ea.square().mean())
+    ga = ea * (2.0 * coef / (b * e.shape[1]))
+    touched = entry_grads(crow, rows, cols, vals, ga, w_dec, xc, gwd, gwe, gbe, cdot)
+    return AuxGrads(touched, ea.square().mean())

@@ -75,8 +75,11 @@ def train_summary(cfg: RunConfig, remote: str | None = None) -> str:
 
 
 def train_resources(cfg: RunConfig) -> Resources:
-    """One trial: resources.trial_cpus and resources.trial_gpus (a fraction packs trials on one GPU)."""
-    return Resources(cpus=float(cfg.resources.trial_cpus), gpus=float(cfg.resources.trial_gpus))
+    """One trial: resources.trial_cpus and resources.trial_gpus (a fraction packs trials on one GPU; auto:
+    raybench.resources)."""
+    from raybench.resources import declared_gpus
+
+    return Resources(cpus=float(cfg.resources.trial_cpus), gpus=declared_gpus(cfg.resources.trial_gpus, cfg.resources))
 
 
 TRAIN_STAGE = Stage("train", inputs=("manifest", "activations_dir"), is_complete=train_complete, run=train_summary,

@@ -65,6 +65,7 @@ class Stepper:
         self.dead_after = [cf.dead_after_batches for cf in cfgs]
         self.grad_clip = c.grad_clip  # shared by the stack (checked in train_stack)
         self.last_grad_norm: torch.Tensor | None = None  # [S] pre-clip total norm of the last step (clipping only)
+        self._pre: torch.Tensor | None = None  # the sparse path's pre-activation buffer
         if implementation == "sparse":
             for p in self.params:
                 p.grad = torch.zeros_like(p)
@@ -129,14 +130,31 @@ class Stepper:
         return StepLoss(mse.detach(), aux.detach())
 
     # ------------------------------------------------------------ sparse path (manual gradients)
+    def _pre_buffer(self, s_n: int, b: int) -> torch.Tensor:
+        """The [S, B, N] pre-activation buffer, kept across steps: a fresh one per step costs page faults."""
+        w = self.sae.W_enc
+        shape = (s_n, b, self.sae.n_latents)
+        if self._pre is None or self._pre.shape != shape or self._pre.dtype != w.dtype:
+            self._pre = torch.empty(shape, dtype=w.dtype, device=w.device)
+        return self._pre
+
     @torch.no_grad()
     def _sparse(self, xb: torch.Tensor, renormalize: bool = False) -> StepLoss:
         sae = self.sae
         s_n, b, d = xb.shape
         n = sae.n_latents
         xc = xb - sae.b_dec.unsqueeze(1)
-        p = torch.relu(torch.baddbmm(sae.b_enc.unsqueeze(1), xc, sae.W_enc.transpose(1, 2)))
+        p = torch.baddbmm(sae.b_enc.unsqueeze(1), xc, sae.W_enc.transpose(1, 2), out=self._pre_buffer(s_n, b))
+        p.relu_()
         vals_all, flat_all = batch_topk(p, sae.k)
+        # the whole stack at once (rows run in parallel): CSR order of the entries, their rows and columns, the
+        # CSR row pointers, and the column-major (CSC) order the gradient kernels use
+        flat_all, order = torch.sort(flat_all, dim=1)
+        vals_all = vals_all.gather(1, order)
+        rows_all = torch.div(flat_all, n, rounding_mode="floor")
+        cols_all = flat_all - rows_all * n
+        crow_all = torch.searchsorted(rows_all, torch.arange(b + 1, device=xb.device).expand(s_n, b + 1).contiguous())
+        corder_all = torch.argsort(cols_all, dim=1)
         mse_out, aux_out = xb.new_zeros(s_n), xb.new_zeros(s_n)
         g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
         g_be.zero_()
@@ -146,31 +164,27 @@ class Stepper:
             w_enc, w_dec, gwe, gwd = sae.W_enc[i], sae.W_dec_t[i], g_we[i], g_wd[i]
             gwe.zero_()  # a memset beats re-zeroing last step's rows by index
             gwd.zero_()
-            flat, order = torch.sort(flat_all[i])  # row-major: CSR order
-            vals = vals_all[i].index_select(0, order)
-            rows = torch.div(flat, n, rounding_mode="floor")
-            cols = flat - rows * n
-            crow = torch.searchsorted(rows, torch.arange(b + 1, device=xb.device))
+            rows, cols, vals, crow = rows_all[i], cols_all[i], vals_all[i], crow_all[i]
             x_hat = F.embedding_bag(cols, w_dec, crow[:-1], mode="sum", per_sample_weights=vals) + sae.b_dec[i]
             e = x_hat - xb[i]
             mse_out[i] = e.square().mean()
             g = e * (2.0 / (b * d))
             dead = self._update_dead(i, cols[vals > 0])
             cdot = xb.new_zeros(n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
-            ua, dxc = entry_grads(crow, rows, cols, vals, g, w_dec, w_enc, xc[i], gwd, gwe, g_be[i], cdot)
-            touched = [ua]
+            touched = [entry_grads(crow, rows, cols, vals, g, w_dec, xc[i], gwd, gwe, g_be[i], cdot, corder_all[i])]
             if bool(dead.any()):
-                ux, dxc_x, aux_out[i] = aux_grads(p[i], dead, self.aux_k[i], self.aux_coef[i], e, w_dec, w_enc,
-                                                  xc[i], gwd, gwe, g_be[i], cdot)
-                dxc = dxc + dxc_x
+                ux, aux_out[i] = aux_grads(p[i], dead, self.aux_k[i], self.aux_coef[i], e, w_dec, xc[i], gwd, gwe,
+                                           g_be[i], cdot)
                 touched.append(ux)
-            g_bd[i] = g.sum(dim=0) - dxc.sum(dim=0)
+            # x enters only through xc = x - b_dec, so dL/db_dec = sum_b dL/dx_hat - sum_b dL/dxc, and
+            # sum_b dL/dxc = sum_j (dL/db_enc)_j w_enc_j: one GEMV instead of a [B, d] gradient per entry
+            g_bd[i] = g.sum(dim=0) - torch.mv(w_enc.t(), g_be[i])
             if self.grad_clip is not None:  # the norm of the unprojected gradient, as published
                 norm = total_norm([t.reshape(1, -1) for t in (gwe, g_be[i], gwd, g_bd[i])])
                 self.last_grad_norm[i] = norm[0]
             if renormalize:  # project on w_j / |w_j|: <g, w_j> w_j / |w_j|^2
                 cdot.div_(w_dec.norm(dim=1).clamp_min(1e-8).square())
-            project_rows(gwd, w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1 else ua)
+            project_rows(gwd, w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1 else touched[0])
             if self.grad_clip is not None:  # scaling commutes with the (linear) projection
                 coef = clip_coef(norm, self.grad_clip)
                 if bool(coef[0] < 1.0):

@@ -70,6 +70,8 @@ def train_stack(
     checkpoint_every: int = 0,
     implementation: str = "sparse",
     dtype: torch.dtype = torch.float32,
+    on_log: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+    log_every: int = 0,
 ) -> TrainResult:
     """Train len(cfgs) SAEs (same d, N, k; own seeds) on raw train activations [n, d].
 
@@ -77,6 +79,7 @@ def train_stack(
     plain dicts of tensors/arrays, safe to hand to Ray. `implementation`: "sparse" (fast at
     large N), "dense" (autograd reference), "auto" (dense only for codes denser than 1/32).
     `dtype` float64 is for numerical checks: it takes rounding out of sparse-vs-dense comparisons.
+    `on_log(step, point)` (experiment tracking, every `log_every` steps and at the end): see `_log_point`.
     """
     _check_cfgs(cfgs)
     c0 = cfgs[0]
@@ -124,11 +127,24 @@ def train_stack(
         done = step + 1
         if on_checkpoint is not None and checkpoint_every > 0 and done % checkpoint_every == 0 and done < steps:
             on_checkpoint(done, _state(done, sae, stepper, batchers, cfgs, loss_mse, loss_aux, grad_norm))
+        if on_log is not None and log_every > 0 and (done % log_every == 0 or done == steps):
+            on_log(done, _log_point(done, log_every, loss_mse, loss_aux, stepper))
     sae_cpu = sae.cpu()
     for p in sae_cpu.parameters():
         p.grad = None
     return TrainResult(normalizer, sae_cpu, loss_mse, loss_aux, stepper.dead_counter.cpu().numpy(), list(cfgs),
                        grad_norm)
+
+
+def _log_point(done: int, every: int, loss_mse: np.ndarray, loss_aux: np.ndarray, stepper: Stepper
+               ) -> dict[str, np.ndarray]:
+    """[S] per key: MSE and AuxK means over the steps since the last point, and the fraction of latents dead now
+    (dead counter >= dead_after_batches) - the dead fraction is not kept per step, so it is read here."""
+    lo = done - (done % every or every)  # the previous point: the last multiple of `every` before `done`
+    dead_after = torch.tensor(stepper.dead_after, device=stepper.dead_counter.device)[:, None]
+    dead = (stepper.dead_counter >= dead_after).double().mean(dim=1)
+    return {"mse": loss_mse[:, lo:done].mean(axis=1), "aux": loss_aux[:, lo:done].mean(axis=1),
+            "dead_fraction": dead.cpu().numpy()}
 
 
 def _state(step: int, sae: StackedBatchTopKSAE, stepper: Stepper, batchers: list[BatchSampler],

@@ -24,6 +24,7 @@ from raybench.sae.data import CellData, load_cell_data
 from raybench.sae.evaluate import evaluate_cell
 from raybench.sae.model import SAECellConfig
 from raybench.sae.provenance import activation_provenance, cell_done, expected_provenance
+from raybench.sae.tracking import curve_report, final_report
 from raybench.sae.train import train_stack
 from raybench.sae.trial_state import load_trial_state, save_trial_state
 
@@ -49,6 +50,7 @@ def train_cells_trial(config: dict[str, Any]) -> None:
     expect = expected_provenance(layout.root, config["config_hash"], [c for s in stacks for c in s])
     todo_stacks = [[c for c in s if not cell_done(layout, expect, c)] for s in stacks]
     todo_stacks = [s for s in todo_stacks if s]
+    done_before = total - sum(len(s) for s in todo_stacks)
     if todo_stacks:
         _maybe_fail_once(config.get("fail_once_dir"), todo_stacks[0][0].stack_id)
     torch.set_num_threads(max(1, int(config.get("threads", 1))))
@@ -73,20 +75,26 @@ def train_cells_trial(config: dict[str, Any]) -> None:
         ids = [c.cell_id for c in todo]
         state = resume["state"] if resume is not None and resume.get("cell_ids") == ids else None
         _train_and_save(layout, protocol, todo, loaded[key], device, state, config["config_hash"],
-                        {"cells_trained": trained, "cells_total": total}, remote, config.get("hold_dir"),
-                        provenance=store_provenance)
+                        {"cells_trained": trained, "cells_total": total, "cells_done": done_before + trained},
+                        remote, config.get("hold_dir"),
+                        provenance=store_provenance, log_every=int(config.get("log_every", 0)))
         trained += len(todo)
-    tune.report({"cells_trained": trained, "cells_total": total})
+        # after every stack, so the driver's display counts cells as they are saved (raybench.progress)
+        tune.report({"cells_trained": trained, "cells_total": total, "cells_done": done_before + trained})
+    if not todo_stacks:
+        tune.report({"cells_trained": 0, "cells_total": total, "cells_done": total})
 
 
 def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec], data: CellData, device: str,
                     state: dict | None, config_hash: str, progress: dict[str, int],
                     remote_uri: str | None = None, hold_dir: str | None = None, *,
-                    provenance: dict[str, str] | None = None) -> None:
+                    provenance: dict[str, str] | None = None, log_every: int = 0) -> None:
     """Train one stack (the seeds of a cell) together, then evaluate and save each SAE atomically.
 
     Each cell's metrics.json records `config_hash` and `provenance` (manifest hash + encoder fingerprint of the
     activations it was trained on): raybench.sae.provenance compares them with the run's current ones.
+    With `log_every` (experiment tracking) each cell's loss curves and final metrics are reported to Tune's logger
+    callbacks (raybench.sae.tracking).
     """
     from ray import tune
 
@@ -99,10 +107,15 @@ def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec],
             tune.report({"step": step, **progress}, checkpoint=tune.Checkpoint.from_directory(tmp))
         _maybe_hold(hold_dir, ids)
 
+    def on_log(step: int, point: dict) -> None:
+        tune.report(curve_report(todo, step, point))
+
     t0 = time.perf_counter()
     result = train_stack(data.acts["train"], cfgs, device=device, state=state, on_checkpoint=on_checkpoint,
-                         checkpoint_every=protocol.sae.checkpoint_every, implementation="auto")
+                         checkpoint_every=protocol.sae.checkpoint_every, implementation="auto",
+                         on_log=on_log if log_every else None, log_every=log_every)
     seconds = (time.perf_counter() - t0) / len(todo)
+    finals: dict[str, dict] = {}
     for i, cell in enumerate(todo):
         ev = evaluate_cell(result.sae, result.normalizer, data.acts, data.concepts, data.test_patient_codes,
                            data.selection_idx, protocol.eval, index=i, n_patients=len(data.test_patients),
@@ -118,6 +131,9 @@ def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec],
             from raybench.storage import sync_up
 
             sync_up(layout.root, remote_uri, f"cells/{cell.cell_id}")
+        finals[cell.cell_id] = ev.metrics
+    if log_every:
+        tune.report(final_report(finals, protocol.sae.steps))
 
 
 def _placement() -> dict[str, str]:

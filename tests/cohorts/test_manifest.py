@@ -63,7 +63,7 @@ def test_planted_defects_are_quarantined_with_their_reason(cohort, built):
 def test_layout_order_and_dtypes(built):
     df, _ = M.load_manifest(built)
     names = concept_names()
-    assert list(df.columns) == [*M.BASE_COLUMNS, *[f"raw_{n}" for n in names], *names]
+    assert list(df.columns) == [*M.BASE_COLUMNS, *[f"raw_{n}" for n in names], *names, "diagnostic_superclasses"]
     assert df["ecg_id"].is_monotonic_increasing and df["ecg_id"].is_unique
     assert df["ecg_id"].dtype == np.int64 and df["fs"].dtype == np.int64
     assert all(df[f"raw_{n}"].dtype == np.float64 for n in names)

@@ -39,7 +39,7 @@ def test_all_100_records_pass_with_real_lead_names(built):
 def test_columns_types_and_patient_ids_as_written(built):
     _, path, root = built
     df, info = M.load_manifest(path)
-    assert list(df.columns) == list(M.BASE_COLUMNS)
+    assert list(df.columns) == [*M.BASE_COLUMNS, "diagnostic_superclasses"]  # + the provenance audit's target
     assert df["ecg_id"].dtype == np.int64
     assert df["patient_id"].iloc[0] == "15709.0"
     assert df["device"].iloc[0] == "CS-12   E"  # padding kept as written

@@ -21,6 +21,7 @@ from raybench.encoders.base import ECGEncoder, EncoderSpec, freeze, register_enc
 from raybench.encoders.extract import (
     ExtractionError,
     extract_activations,
+    extract_models,
     plain_loop_activations,
     read_manifest_records,
 )
@@ -71,6 +72,23 @@ def build_tiny(spec: EncoderSpec, fail_flag: str | None = None) -> ECGEncoder:
     return freeze(model)
 
 
+class TinyConvLate(TinyConvEncoder):
+    """A second model for the one-pipeline path: another name and native input (the last 800 samples)."""
+
+    name = "tiny_conv_late"
+
+    def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
+        return super().preprocess(signal[:, -800:], fs)
+
+
+@register_encoder("tiny_conv_late")
+def build_tiny_late(spec: EncoderSpec) -> ECGEncoder:
+    torch.manual_seed(spec.init_seed + 1)
+    model = TinyConvLate()
+    model.profile = spec.profile
+    return freeze(model)
+
+
 def write_cohort(root: Path, n: int = 24, fs: int = 100, n_samples: int = 1000, bad: bool = True,
                  seed: int = 0) -> Path:
     """WFDB records + a manifest parquet (with root/hash metadata) under `root`; returns the manifest path."""
@@ -113,7 +131,7 @@ def write_manifest(path: Path, df: pd.DataFrame, root: Path) -> Path:
     return path
 
 
-CFG = EncoderConfig(size="demo", batch_size=4)
+CFG = EncoderConfig(size="demo", batch_size=4, num_gpus=0.0)  # the CPU path (auto would take the logical GPU)
 SPEC = EncoderSpec("tiny_conv")
 
 
@@ -239,6 +257,45 @@ def test_crash_releases_actors_so_an_immediate_rerun_on_a_full_node_runs(ray_clu
     done = extract_activations(manifest, tmp_path / "run", SPEC, gpu_cfg, builder=failing, progress=False)
     assert done["layers"] == [0, 1, 2, 3] and done["records"] == 16
     del kept
+
+
+def test_one_pipeline_for_several_models_writes_the_per_model_stores(ray_cluster, cohort, tmp_path):
+    """extract_models (one Ray Data pipeline, each record read once for every model) writes byte for byte the
+    stores, index and quarantine files that extract_activations writes for a model; a rerun skips complete
+    stores, and a model whose stores are gone is redone alone (its columns are then the stream's first)."""
+    specs = [SPEC, EncoderSpec("tiny_conv_late")]
+    depths = [0.0, 0.5, 1.0]
+    out = extract_models(cohort, tmp_path / "one", specs, CFG, progress=False, depths=depths)
+    extract_activations(cohort, tmp_path / "per_model", specs[1], CFG, depths=depths, progress=False)
+    assert [s["model"] for s in out] == ["tiny_conv", "tiny_conv_late"]
+    assert all(s["layers"] == [0, 2, 3] and s["records"] == 21 and s["quarantined"] == 3 for s in out)
+    one, per_model = (tmp_path / d / "activations" / "tiny_conv_late" for d in ("one", "per_model"))
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(per_model) for p in per_model.rglob("*") if p.is_file()) and len(files) > 20
+    for f in files:
+        assert (one / f).read_bytes() == (per_model / f).read_bytes(), f
+    _assert_matches_plain(tmp_path / "one", cohort, SPEC, builder=build_tiny, layers=[0, 2, 3])
+    store = ActivationStore.for_run(tmp_path / "one")
+    assert pd.read_csv(store.quarantine_path("tiny_conv"))["ecg_id"].tolist() == \
+        pd.read_csv(store.quarantine_path("tiny_conv_late"))["ecg_id"].tolist()
+
+    again = extract_models(cohort, tmp_path / "one", specs, CFG, progress=False, depths=depths)
+    assert [(s["layers"], s["skipped_layers"], s["records"]) for s in again] == [([], [0, 2, 3], 0)] * 2
+    import shutil
+
+    shutil.rmtree(store.model_dir("tiny_conv_late"))
+    redo = extract_models(cohort, tmp_path / "one", specs, CFG, progress=False, depths=depths)
+    assert [s["layers"] for s in redo] == [[], [0, 2, 3]]
+    for f in files:
+        assert (one / f).read_bytes() == (per_model / f).read_bytes(), f
+
+
+def test_one_pipeline_with_a_gpu_share_falls_back_to_a_pipeline_per_model(ray_cluster, tmp_path):
+    """MultiEncoderActor runs on CPU only: a GPU share (the test cluster's logical GPU) keeps the per-model path."""
+    manifest = write_cohort(tmp_path / "c", n=8, bad=False)
+    gpu_cfg = EncoderConfig(size="demo", batch_size=4, num_gpus=0.25)
+    [out] = extract_models(manifest, tmp_path / "run", [SPEC], gpu_cfg, progress=False, depths=[1.0])
+    assert out["devices"] == ["cpu (gpu 0 assigned)"] and out["layers"] == [3] and out["records"] == 8
 
 
 def test_actor_cpu_reservation_leaves_a_cpu_for_loading():

@@ -1,0 +1,1 @@
+"""A minimal raybench encoder plugin (see README.md): the adapter is my_encoder.adapter."""

@@ -1,0 +1,72 @@
+"""The provenance audit's report section: the verdict table first, then Recover, the features that carry
+provenance, the figures, and the full tables (docs/protocol.md §12). report_sections.py registers it."""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+
+import pandas as pd
+
+from raybench.analysis.plotting import model_label
+from raybench.analysis.provenance_audit.figures import CAPTIONS
+from raybench.analysis.report_html import table_block
+from raybench.analysis.report_sections import Context, Section
+
+
+def verdict_view(ver: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table as the report shows it."""
+    out = pd.DataFrame({"model": ver.model.map(model_label), "q": ver.q, "variable": ver.variable,
+                        "verdict": ver.verdict, "reason": ver.reason})
+    if "g" in ver:
+        out.insert(4, "G", ver.g)
+        out.insert(5, "G 95% CI", [f"{a:.3f}–{b:.3f}" if pd.notna(a) else "–"
+                                   for a, b in zip(ver.g_ci_low, ver.g_ci_high, strict=True)])
+    if "lpi_bits" in ver:
+        out.insert(4, "LPI (bits)", ver.lpi_bits)
+    return out
+
+
+def provenance_body(ctx: Context) -> str:
+    ver = ctx.tables["provenance_verdicts"]
+    counts = Counter(ver.verdict)
+    out = ["<p>" + "; ".join(f"<b>{html.escape(v)}</b>: {n}" for v, n in sorted(counts.items())) + ".</p>",
+           table_block("provenance_verdicts", verdict_view(ver), f"Verdicts ({len(ver)} model × depth × variable)")]
+    rec = ctx.tables.get("provenance_recover")
+    if rec is not None and not rec.empty:
+        view = rec[["model", "q", "variable", "lpi_bits", "ci_low", "ci_high", "prior_bits", "accuracy", "groups",
+                    "groups_dropped"]].copy()
+        view["model"] = view.model.map(model_label)
+        out.append(table_block("provenance_recover", view, "Recover: LPI (bits per record)"))
+    feats = ctx.tables.get("provenance_features")
+    if feats is not None and not feats.empty and "flagged" in feats:
+        flagged = feats[(feats.kind == "concept") & feats.flagged.astype(bool)]
+        out.append(f"<p>{len(flagged)} concept-selected SAE latents carry more provenance than concept signal "
+                   "(provenance LPI above −½ log₂(1 − r²) of their held-out concept correlation).</p>")
+        if len(flagged):
+            out.append(table_block("provenance_flagged", flagged.assign(model=flagged.model.map(model_label)),
+                                   "Flagged latents"))
+    dropped = ver[ver.get("groups_dropped", pd.Series(0, index=ver.index)).fillna(0).astype(float) > 0] \
+        if "groups_dropped" in ver else ver.iloc[:0]
+    if len(dropped):
+        out.append(f"<p class='note'>{len(dropped)} rows left out provenance groups too small to audit (see "
+                   "<code>dropped</code> in the verdict table).</p>")
+    shown = [stem for stem in CAPTIONS if stem in ctx.figures]
+    if shown:
+        out.append("<p>Figures below: " + " ".join(f"<b>{html.escape(stem.replace('_', ' '))}</b>: "
+                                                   f"{html.escape(CAPTIONS[stem])}" for stem in shown) + "</p>")
+    out.append("<p class='note'>Every association level of both heads before and after removal, and every random "
+               "control: <code>tables/provenance_stress.csv</code>, <code>tables/provenance_controls.csv</code>.</p>")
+    return "\n".join(out)
+
+
+SECTION = Section(
+    "provenance_audit", "Provenance audit",
+    "Does an encoder carry how the ECG was recorded (device, site), and does a head on its embedding rely on "
+    "it? Recover: calibrated probe LPI. Stress: excess vulnerability G of a head fitted with the observed "
+    "target–provenance association over a control head fitted without it, from observed to reversed association "
+    "(fixed marginals). Intervene: remove a rank-p provenance component; Verify: certify the removal only if it "
+    "beats every matched random projection and costs at most δ AUROC (docs/protocol.md §12).",
+    figures=("provenance_*",), tables=("provenance_features",), optional=True, body=provenance_body,
+    claims=("provenance_verdicts", "provenance_recover", "provenance_stress", "provenance_controls"),
+    needs=("provenance_verdicts",))

@@ -1,0 +1,207 @@
+"""The provenance audit on a run folder: one Ray task per model x depth (docs/protocol.md §12).
+
+    run_provenance(root, cfg) -> {table name: DataFrame}
+
+Each task loads the activation store of its layer, joins the manifest (provenance columns, the diagnostic
+target, patients), audits every provenance variable (audit.run_audit) and, when the grid has the calibration
+cell of that model x depth (E = eval.calibration_expansion, lowest seed), scores its SAE latents
+(features.py). Writes tables/provenance_{recover,stress,controls,verdicts,features}.parquet (+ .csv) and the
+figures (figures.py); a variable that fails is a verdict row "failed" with a persistable reason (for a
+credentialed cohort only the exception type: raybench.privacy). Every output is aggregate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from raybench.config import ProvenanceConfig, RunConfig
+from raybench.errors import RaybenchError
+
+log = logging.getLogger(__name__)
+
+KEYS = ["model", "q", "layer", "variable"]
+TABLES = ("provenance_recover", "provenance_stress", "provenance_controls", "provenance_verdicts",
+          "provenance_features")
+FAILED = "failed"
+
+
+class ProvenanceError(RaybenchError, ValueError):
+    """The run folder cannot be audited (no manifest, no activations); the message says which and the fix."""
+
+
+def target_column(manifest: pd.DataFrame, root: Path) -> np.ndarray | None:
+    """Each manifest row's diagnostic superclasses: the manifest's own column, else (a manifest written before
+    it existed) derived from the cohort's ptbxl_database.csv; None when the cohort has neither."""
+    from raybench.cohorts.diagnostics import COLUMN, database_superclasses
+
+    if COLUMN in manifest.columns:
+        return manifest[COLUMN].astype(str).to_numpy()
+    db_path = root / "ptbxl_database.csv"
+    if not db_path.exists():
+        return None
+    db = pd.read_csv(db_path, dtype=str, keep_default_na=False)
+    if "scp_codes" not in db.columns:
+        return None
+    db["ecg_id"] = pd.to_numeric(db["ecg_id"], errors="coerce")
+    labels = pd.Series(database_superclasses(db, root), index=db["ecg_id"])
+    return labels.reindex(manifest["ecg_id"].to_numpy()).fillna("").astype(str).to_numpy()
+
+
+def audit_block(root: str, model: str, q: float, layer: int, pcfg: ProvenanceConfig, cell_dir: str | None,
+                credentialed: bool) -> dict[str, list[dict]]:
+    """Every provenance variable of one model x depth -> rows of each table (keys included)."""
+    from raybench.analysis.provenance_audit.audit import Inputs, run_audit
+    from raybench.cohorts.diagnostics import target_labels
+    from raybench.cohorts.manifest import load_manifest
+    from raybench.encoders.store import ActivationStore
+    from raybench.paths import RunLayout
+    from raybench.privacy import failure_text
+
+    layout = RunLayout.at(root)
+    manifest, info = load_manifest(layout.manifest)
+    sup = target_column(manifest, info.root)
+    store = ActivationStore(layout.activations_dir)
+    by_id = manifest.assign(_target=sup if sup is not None else "").set_index("ecg_id")
+    x, ids = {}, {}
+    for split in ("train", "val", "test"):
+        x[split] = np.asarray(store.load(model, layer, split, mmap=False), dtype=np.float64)
+        ids[split] = np.asarray(store.ecg_ids(model, layer, split), dtype=np.int64)
+    rows: dict[str, list[dict]] = {t: [] for t in TABLES}
+    y = {s: target_labels(by_id.loc[ids[s], "_target"].to_numpy(), pcfg.target) for s in ids}
+    patients = {s: by_id.loc[ids[s], "patient_id"].astype(str).to_numpy() for s in ids}
+    codes_cache: dict[str, object] = {}
+    for vi, var in enumerate(pcfg.variables):
+        key = {"model": model, "q": float(q), "layer": int(layer), "variable": var}
+        try:
+            if var not in by_id.columns:
+                raise ProvenanceError(f"the manifest has no column {var!r}; provenance.variables names manifest "
+                                      "columns (device, site)")
+            if sup is None:
+                rows["provenance_verdicts"].append({**key, "verdict": "not audited", "reason": (
+                    "the cohort carries no diagnostic labels (no scp_codes): the target y is undefined")})
+                continue
+            u = {s: by_id.loc[ids[s], var].astype(str).str.strip().to_numpy() for s in ids}
+            seed_key = (zlib.crc32(model.encode()), int(layer), vi)
+            res = run_audit(Inputs(x, u, y, patients), pcfg, seed_key)
+            if res.recover:
+                rows["provenance_recover"].append({**key, **res.recover})
+            rows["provenance_stress"] += [{**key, **r} for r in res.stress]
+            rows["provenance_controls"] += [{**key, **r} for r in res.controls]
+            rows["provenance_verdicts"].append({**key, **res.verdict})
+            if cell_dir is not None and res.recover:
+                rows["provenance_features"] += [{**key, "cell_id": Path(cell_dir).name, **r}
+                                                for r in _features(root, model, layer, cell_dir, u, y, ids,
+                                                                   info, pcfg, codes_cache)]
+        except Exception as err:  # one variable failing must not lose the others
+            log.error("provenance audit %s layer %d %s failed: %s", model, layer, var, err)
+            rows["provenance_verdicts"].append({**key, "verdict": FAILED,
+                                                "reason": failure_text(err, credentialed)})
+    return rows
+
+
+def _features(root: str, model: str, layer: int, cell_dir: str, u: dict[str, np.ndarray],
+              y: dict[str, np.ndarray], ids: dict[str, np.ndarray], info: object, pcfg: ProvenanceConfig,
+              cache: dict) -> list[dict]:
+    """Latent rows of the calibration cell for one variable, on the audit's provenance groups (codes computed
+    once per block)."""
+    import json
+
+    from raybench.analysis.provenance_audit.audit import Inputs, eligible_groups
+    from raybench.analysis.provenance_audit.features import feature_rows, univariate_lpi
+    from raybench.analysis.secondary.estimators import sae_codes
+    from raybench.encoders.store import ActivationStore
+    from raybench.sae.cell_files import load_cell_sae
+
+    groups, _ = eligible_groups(Inputs({}, u, y, {}), pcfg.min_group_records)
+    labels = sorted(set(groups.values()))
+    if len(labels) < 2:
+        return []
+    if "codes" not in cache:
+        import torch
+
+        torch.set_num_threads(1)
+        store = ActivationStore(Path(root) / "activations")
+        sae, norm = load_cell_sae(cell_dir)
+        cache["codes"] = {s: sae_codes(sae, norm, np.asarray(store.load(model, layer, s, mmap=False)), 1024)
+                          for s in ("train", "test")}
+    codes = cache["codes"]
+    code = {g: labels.index(label) for g, label in groups.items()}
+    m_tr, m_te = np.isin(u["train"], list(groups)), np.isin(u["test"], list(groups))
+    lpi = univariate_lpi(codes["train"][m_tr], np.array([code[g] for g in u["train"][m_tr]]),
+                         codes["test"][m_te], np.array([code[g] for g in u["test"][m_te]]), len(labels))
+    metrics = json.loads((Path(cell_dir) / "metrics.json").read_text())
+    selected = np.asarray(metrics.get("selected", []), dtype=np.int64)
+    r_test = np.asarray(metrics.get("r_test", []), dtype=np.float64)
+    concepts = tuple(getattr(info, "concepts", ()))[: len(selected)]
+    return feature_rows(lpi, pcfg.top_latents, selected[: len(concepts)], r_test[: len(concepts)], concepts,
+                        pcfg.flag_bits)
+
+
+def blocks(root: Path, cfg: RunConfig) -> list[tuple[str, float, int, str | None]]:
+    """(model, q, layer, calibration cell folder or None) of every model with activations x primary depth."""
+    from raybench.encoders.store import ActivationStore
+    from raybench.paths import RunLayout
+    from raybench.protocol import layer_for_depth
+
+    layout = RunLayout.at(root)
+    store = ActivationStore(layout.activations_dir)
+    models = [m for m in cfg.protocol.grid.models if store.layers(m)]
+    if not models:
+        raise ProvenanceError(f"no activation store under {layout.activations_dir}; run `raybench encode` first")
+    dims = store.model_dims(models)
+    cells = pd.read_parquet(layout.cells_table) if layout.cells_table.exists() else None
+    out = []
+    for model in models:
+        for q in cfg.protocol.grid.depths:
+            layer = layer_for_depth(q, dims[model].n_layers)
+            if layer not in store.layers(model):
+                continue
+            cell = None
+            if cells is not None:
+                c = cells[(cells.model == model) & (cells.layer == layer) & (cells.arm == "primary")
+                          & (cells.expansion == cfg.protocol.eval.calibration_expansion) & (cells.status == "ok")]
+                if len(c):
+                    cell = str(layout.root / c.sort_values("seed").iloc[0]["cell_dir"])
+            out.append((model, float(q), int(layer), cell))
+    return out
+
+
+def run_provenance(root: str | Path, cfg: RunConfig) -> dict[str, pd.DataFrame]:
+    """Audit every model x depth as Ray tasks, write the tables and figures; returns the tables."""
+    import ray
+
+    from raybench.analysis.provenance_audit.figures import make_provenance_figures
+    from raybench.atomic import write_table
+    from raybench.paths import RunLayout
+    from raybench.privacy import is_credentialed
+    from raybench.ray_session import init_ray
+
+    t0 = time.perf_counter()
+    layout = RunLayout.at(root)
+    if not layout.manifest.exists():
+        raise ProvenanceError(f"{layout.manifest} not found: build the manifest first (`raybench grid`)")
+    pcfg = cfg.provenance
+    pcfg.validate()
+    todo = blocks(layout.root, cfg)
+    init_ray(cfg.resources)
+    task = ray.remote(num_cpus=1)(audit_block)
+    refs = [task.remote(str(layout.root), m, q, layer, pcfg, cell, is_credentialed(cfg)) for m, q, layer, cell in todo]
+    rows: dict[str, list[dict]] = {t: [] for t in TABLES}
+    for part in ray.get(refs):
+        for name in TABLES:
+            rows[name] += part[name]
+    tables = {name: pd.DataFrame(rows[name]) for name in TABLES}
+    for name, df in tables.items():
+        if len(df):
+            df = df.sort_values([c for c in KEYS if c in df.columns], kind="stable").reset_index(drop=True)
+            tables[name] = df
+        write_table(layout.tables_dir / f"{name}.parquet", df)
+    make_provenance_figures(tables, layout.figures_dir)
+    log.info("provenance audit: %d blocks in %.1fs", len(todo), time.perf_counter() - t0)
+    return tables

@@ -1,0 +1,31 @@
+"""`raybench reliability`: the metric reliability audit of a finished run (every part, heavy ones included)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder written by `raybench grid`.")
+@click.option("--num-workers", type=int, default=None, help="Parallel Ray tasks (default: what Ray has).")
+@click.option("--cheap-only", is_flag=True, help="Only the cheap parts (what every analyze runs).")
+def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None:
+    """How far each metric can be trusted: reseeds, seed variance, ground truth, training curves, verdicts; then
+    re-render report.html."""
+    from raybench import ray_session
+    from raybench.analysis.analyze_stage import local_run_dir
+    from raybench.analysis.cli import resolve_config
+    from raybench.analysis.reliability.run import run_reliability
+    from raybench.analysis.report import render_report
+
+    root = local_run_dir(run_dir)
+    cfg = resolve_config(run_dir, None)
+    ray_session.init_ray(cfg.resources)
+    res = run_reliability(root, cfg.protocol, cfg.reliability, heavy=not cheap_only, num_workers=num_workers)
+    rel = res.tables["reliability"]
+    for r in rel.itertuples(index=False):
+        click.echo(f"{r.metric:15s} {r.verdict:10s} CV {r.cv_eval:.3g}  |D|*_3 {r.mrd_3:.3g}  "
+                   f"|D|*_3 profile {r.mrd_3_profile:.3g}  rho GT-MCC {r.rho_gt_mcc:.3g}  ({r.rule})")
+    click.echo("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()))
+    click.echo(f"tables: {len(res.tables)} in {root / 'tables'}; figures: {len(res.figures)}; "
+               f"report: {render_report(root)}")

@@ -1,0 +1,62 @@
+"""Helpers of the provenance-audit tests: planted embeddings with known reliance, and a small run folder
+(cohort -> manifest -> in-process demo-encoder activations) without Ray Data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from raybench.analysis.provenance_audit.audit import SPLITS, Inputs
+
+
+def planted_inputs(n_patients: int = 1000, assoc: float = 0.95, test_assoc: float | None = 0.5,
+                   signal: float = 3.0, artifact: float = 3.0, aligned: float = 0.0, d: int = 64,
+                   seed: int = 0) -> Inputs:
+    """Two devices A/B per patient (2 records each), a binary diagnosis with its own direction (`signal`) and
+    P(y=1 | device B) = (1 + assoc) / 2 (test split: `test_assoc`, the deployment association); the device
+    shows in a second direction (`artifact`), which also carries `aligned` x y; coordinates are mixed by a
+    random rotation so no axis is a feature by itself. Splits are patient-disjoint (60/20/20)."""
+    rng = np.random.default_rng(seed)
+    u_p = rng.integers(0, 2, n_patients)
+    split_p = rng.choice(3, n_patients, p=[0.6, 0.2, 0.2])
+    a = np.where(split_p == 2, assoc if test_assoc is None else test_assoc, assoc)
+    y_p = (rng.random(n_patients) < 0.5 + a / 2 * (2 * u_p - 1)).astype(np.int64)
+    pid = np.repeat(np.arange(n_patients), 2)
+    u, y, split = u_p[pid], y_p[pid], np.array(SPLITS)[split_p][pid]
+    x = rng.standard_normal((len(pid), d))
+    x[:, 0] += signal * y
+    x[:, 1] += artifact * u + aligned * y
+    x = x @ np.linalg.qr(rng.standard_normal((d, d)))[0]
+    names = np.array(["A", "B"])
+    return Inputs({s: x[split == s] for s in SPLITS}, {s: names[u[split == s]] for s in SPLITS},
+                  {s: y[split == s] for s in SPLITS}, {s: pid[split == s].astype(str) for s in SPLITS})
+
+
+def encode_in_process(root: Path, model: str, layers: list[int]) -> None:
+    """Activation stores of `model` (demo size) at `layers` for every manifest record, without Ray Data."""
+    import torch
+
+    from raybench.cohorts.manifest import load_manifest
+    from raybench.cohorts.waveforms import read_record
+    from raybench.encoders.base import EncoderSpec, build_encoder
+    from raybench.encoders.store import ActivationStore
+    from raybench.paths import RunLayout
+
+    layout = RunLayout.at(root)
+    manifest, info = load_manifest(layout.manifest)
+    enc = build_encoder(EncoderSpec(name=model, size="demo"))
+    states = {}
+    for split in SPLITS:
+        rows = manifest[manifest.split == split]
+        xs = [enc.preprocess(read_record(info.root, r.path).signal, float(r.fs)) for r in rows.itertuples()]
+        with torch.no_grad():
+            out = [enc.layer_states(torch.from_numpy(np.stack(xs[i:i + 32]))) for i in range(0, len(xs), 32)]
+        states[split] = (rows.ecg_id.to_numpy(np.int64), torch.cat(out, dim=1).numpy())
+    store = ActivationStore(layout.activations_dir)
+    for layer in layers:
+        with store.writer(model, layer, n_layers=enc.n_layers, d=enc.d, manifest_hash=info.manifest_hash,
+                          fingerprint=enc.fingerprint(), capacity={s: len(states[s][0]) for s in SPLITS}) as w:
+            for split in SPLITS:
+                w.append(split, states[split][0], states[split][1][layer].astype(np.float32))
+            w.finalize()

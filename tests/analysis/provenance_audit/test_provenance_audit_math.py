@@ -1,0 +1,201 @@
+"""The provenance audit's math against hand-checkable cases and independent formulas (scikit-learn, scipy)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics import log_loss, roc_auc_score
+
+from raybench.analysis.provenance_audit import features as ft
+from raybench.analysis.provenance_audit import intervene as iv
+from raybench.analysis.provenance_audit import probes as pr
+from raybench.analysis.provenance_audit import stress as st
+from raybench.analysis.provenance_audit.verdict import (
+    CERTIFIED,
+    INCONCLUSIVE,
+    NO_RELIANCE,
+    REFUSED,
+    Removal,
+    decide,
+)
+
+# ---------------------------------------------------------------- Recover
+
+def test_lpi_is_the_cross_entropy_gain_over_the_prevalence_in_bits():
+    rng = np.random.default_rng(0)
+    u = rng.integers(0, 3, 400)
+    logits = rng.standard_normal((400, 3)) + 2.0 * np.eye(3)[u]
+    logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    prior = np.log(np.array([0.5, 0.3, 0.2]))
+    terms = pr.lpi_terms(logp, prior, u)
+    expected = (log_loss(u, np.tile(np.exp(prior), (400, 1)), labels=[0, 1, 2])
+                - log_loss(u, np.exp(logp), labels=[0, 1, 2])) / np.log(2)
+    assert terms.mean() == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_perfect_balanced_binary_probe_recovers_one_bit_and_the_prior_none():
+    u = np.array([0, 1] * 50)
+    perfect = np.log(np.clip(np.eye(2)[u], 1e-300, None))
+    prior = np.log(np.array([0.5, 0.5]))
+    assert pr.lpi_terms(perfect, prior, u).mean() == pytest.approx(1.0)
+    assert pr.lpi_terms(np.tile(prior, (100, 1)), prior, u).mean() == pytest.approx(0.0)
+    assert pr.entropy_bits(prior, u) == pytest.approx(1.0)
+
+
+def test_temperature_scaling_undoes_an_overconfident_scale():
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((20000, 3)) * 1.5
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    y = np.array([rng.choice(3, p=row) for row in p])
+    assert pr.fit_temperature(3.0 * logits, y) == pytest.approx(3.0, rel=0.06)
+
+
+def test_calibrated_probe_recovers_a_decodable_label():
+    rng = np.random.default_rng(2)
+    u = rng.integers(0, 2, 600)
+    x = rng.standard_normal((600, 5)) + 3.0 * u[:, None] * np.array([1, 0, 0, 0, 0])
+    probe = pr.calibrated_probe(x[:400], u[:400], x[400:500], u[400:500], (0.1, 1.0))
+    prior = pr.prior_log_proba(u[:400], probe.classes)
+    lpi = pr.lpi_terms(probe.log_proba(x[500:]), prior, pr.class_index(probe.classes, u[500:])).mean()
+    assert 0.6 < lpi < 1.0  # most of the one bit; Bayes error of a 3-sd split costs a little
+
+
+def test_patient_bootstrap_mean_matches_an_explicit_resample():
+    codes = np.array([0, 0, 1, 2, 2, 2])
+    values = np.array([1.0, 3.0, 10.0, 0.0, 0.0, 6.0])
+    counts = np.array([[2.0, 0.0, 1.0], [0.0, 3.0, 0.0]])
+    got = pr.bootstrap_mean(values, codes, counts)
+    first = np.concatenate([values[:2], values[:2], values[3:]]).mean()
+    assert got == pytest.approx([first, 10.0])
+    draws = pr.patient_draws(5, 7, np.random.default_rng(0))
+    assert draws.shape == (7, 5) and np.all(draws.sum(1) == 5)
+
+
+# ---------------------------------------------------------------- Stress
+
+def test_weighted_auroc_equals_scikit_learn_with_weights_and_ties():
+    rng = np.random.default_rng(3)
+    scores = np.round(rng.standard_normal(300), 1)  # many ties
+    y = rng.integers(0, 2, 300)
+    w = rng.random((4, 300)) * (rng.random((4, 300)) > 0.2)
+    got = st.weighted_auroc(scores, y, w)
+    for b in range(4):
+        assert got[b] == pytest.approx(roc_auc_score(y, scores, sample_weight=w[b]), abs=1e-12)
+
+
+def test_association_levels_keep_the_marginals_and_reverse_the_association():
+    rng = np.random.default_rng(4)
+    u = rng.integers(0, 3, 3000)
+    y = (rng.random(3000) < np.array([0.2, 0.5, 0.7])[u]).astype(int)
+    p = st.joint(y, u, 3)
+    ind = st.independent(p)
+    for a in (1.0, 0.5, 0.0, -0.5, -1.0):
+        lvl = st.feasible_level(p, a)
+        q = st.joint(y, u, 3, st.level_weights(y, u, 3, lvl))
+        np.testing.assert_allclose(q.sum(0), p.sum(0), atol=1e-12)
+        np.testing.assert_allclose(q.sum(1), p.sum(1), atol=1e-12)
+        np.testing.assert_allclose(q - ind, lvl * (p - ind), atol=1e-12)
+    np.testing.assert_allclose(st.joint(y, u, 3, st.level_weights(y, u, 3, 0.0)), ind, atol=1e-12)
+
+
+def test_a_reversal_past_zero_mass_is_cut_to_the_feasible_level():
+    p = np.array([[0.45, 0.05], [0.05, 0.45]])  # ind 0.25 each, diff +-0.2: reversible (cap 1.25)
+    assert st.feasible_level(p, -1.0) == pytest.approx(-1.0)
+    r = np.array([[0.6, 0.0], [0.1, 0.3]])  # ind = [[0.42, 0.18], [0.28, 0.12]], diff = [[.18, -.18], ...]
+    assert st.feasible_level(r, -1.0) == pytest.approx(-(0.12 / 0.18))
+    assert st.level_joint(r, st.feasible_level(r, -1.0)).min() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_g_is_zero_for_identical_heads_and_positive_for_a_shortcut_head():
+    rng = np.random.default_rng(5)
+    u = rng.integers(0, 2, 4000)
+    y = (rng.random(4000) < np.where(u == 1, 0.8, 0.2)).astype(int)
+    clean = y + rng.standard_normal(4000)
+    assert st.g_point((clean, clean), y, u, 2) == pytest.approx(0.0, abs=1e-12)
+    assert st.g_point((clean + 2.0 * u, clean), y, u, 2) > 0.1
+
+
+# ---------------------------------------------------------------- Intervene
+
+def test_whitening_and_removal():
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 2, 2000)
+    x = rng.standard_normal((2000, 4)) @ rng.standard_normal((4, 4)) + 2.0 * y[:, None]
+    wh = iv.Whitener.fit(x, y)
+    z = wh(x)
+    resid = np.vstack([z[y == g] - z[y == g].mean(0) for g in (0, 1)])
+    np.testing.assert_allclose(resid.T @ resid / len(z), np.eye(4), atol=1e-8)
+    np.testing.assert_allclose(wh.w @ wh.w_inv, np.eye(4), atol=1e-8)
+    basis = np.linalg.qr(rng.standard_normal((4, 2)))[0]
+    x2 = iv.remove(x, wh, basis)
+    np.testing.assert_allclose(wh(x2) @ basis, 0.0, atol=1e-8)  # nothing left along U in whitened space
+    other = np.linalg.qr(np.hstack([basis, rng.standard_normal((4, 2))]))[0][:, 2:]
+    np.testing.assert_allclose(wh(x2) @ other, z @ other, atol=1e-8)  # the rest untouched
+
+
+def test_provenance_subspace_finds_the_within_class_device_direction():
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 2, 3000)
+    u = (rng.random(3000) < np.where(y == 1, 0.8, 0.2)).astype(int)
+    x = rng.standard_normal((3000, 6))
+    x[:, 0] += 2.0 * y
+    x[:, 3] += 2.0 * u
+    wh = iv.Whitener.fit(x, y)
+    basis = iv.provenance_subspace(wh(x), y, u, 1, 1.0)
+    read = wh.w @ basis[:, 0]  # the raw-space direction the whitened component reads
+    assert abs(read[3]) / np.linalg.norm(read) > 0.98
+
+
+def test_random_controls_are_orthonormal_and_matched_in_energy():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((500, 8)) * np.linspace(0.3, 3.0, 8)
+    wh = iv.Whitener.fit(x)
+    energy = iv.EnergyForm.fit(wh(x), wh)
+    target = energy(np.eye(8)[:, [2, 6]])  # inside the range random tilts reach
+    bases, errors = iv.matched_random_subspaces(energy, target, 2, 10, rng)
+    assert np.all(errors < 2e-3)
+    for q in bases:
+        np.testing.assert_allclose(q.T @ q, np.eye(2), atol=1e-10)
+        removed = ((wh(x) @ q) @ q.T) @ wh.w_inv
+        assert np.mean(np.sum(removed ** 2, axis=1)) == pytest.approx(target, rel=3e-3)
+
+
+# ---------------------------------------------------------------- Verify
+
+@pytest.mark.parametrize(("g", "removals", "expected"), [
+    ((-0.005, 0.008), [], NO_RELIANCE),
+    ((0.004, 0.05), [], INCONCLUSIVE),
+    ((0.05, 0.2), [Removal(1, 0.1, 0.02, -0.004)], CERTIFIED),
+    ((0.05, 0.2), [Removal(1, 0.1, 0.12, 0.0), Removal(2, 0.1, 0.02, -0.03)], REFUSED),
+])
+def test_verdicts(g, removals, expected):
+    verdict, reason, rank = decide(g[0], g[1], removals, 0.01, 0.01)
+    assert verdict == expected
+    assert (rank == 1) == (expected == CERTIFIED)
+    if expected == REFUSED:
+        assert "does not beat the random controls" in reason and "utility loss beyond delta" in reason
+
+
+# ---------------------------------------------------------------- features
+
+def test_univariate_lpi_of_latents():
+    rng = np.random.default_rng(9)
+    u_tr, u_te = rng.integers(0, 2, 2000), rng.integers(0, 2, 1000)
+    dense = lambda u: np.stack([u * rng.uniform(1, 2, len(u)), np.zeros(len(u)),  # noqa: E731
+                                rng.random(len(u)) * (rng.random(len(u)) > 0.5)], axis=1)
+    lpi = ft.univariate_lpi(sp.csr_matrix(dense(u_tr)), u_tr, sp.csr_matrix(dense(u_te)), u_te, 2)
+    assert lpi[0] > 0.95  # fires exactly on one device: about all of its 1 bit
+    assert lpi[1] == 0.0  # never active
+    assert abs(lpi[2]) < 0.02  # unrelated to the device
+
+
+def test_concept_bits_and_flags():
+    assert ft.concept_bits(np.array([0.6]))[0] == pytest.approx(-0.5 * np.log2(1 - 0.36))
+    rows = ft.feature_rows(np.array([0.5, 0.01, 0.2]), 2, np.array([0, 1]), np.array([0.3, 0.9]), ("qrs", "hr"))
+    top = [r for r in rows if r["kind"] == "top"]
+    assert [r["latent"] for r in top] == [0, 2]
+    flags = {r["concept"]: r["flagged"] for r in rows if r["kind"] == "concept"}
+    assert flags == {"qrs": True, "hr": False}  # 0.5 bits of device > 0.07 bits of concept
+    rows = ft.feature_rows(np.array([0.03, 0.0]), 1, np.array([0]), np.array([0.05]), ("qrs",), min_bits=0.05)
+    assert not rows[-1]["flagged"]  # 0.03 bits beat 0.002 bits of concept, but are below the floor

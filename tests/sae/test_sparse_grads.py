@@ -1,0 +1,57 @@
+"""The AuxK gradient kernels: each of the three layouts (dense block over every dead latent, dense block over the
+touched dead latents, per-entry kernels) against autograd on the dense formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import raybench.sae.sparse_grads as sparse_grads
+
+
+def _case():
+    g = torch.Generator().manual_seed(3)
+    b, n, d, aux_k, coef = 6, 40, 5, 3, 0.25
+    w_enc = torch.randn(n, d, generator=g, dtype=torch.float64)
+    b_enc = torch.randn(n, generator=g, dtype=torch.float64) * 0.1
+    w_dec = torch.nn.functional.normalize(torch.randn(n, d, generator=g, dtype=torch.float64), dim=1)
+    xc = torch.randn(b, d, generator=g, dtype=torch.float64)
+    e = torch.randn(b, d, generator=g, dtype=torch.float64)  # x_hat - x of the main code
+    dead = torch.zeros(n, dtype=torch.bool)
+    dead[10:] = True  # 30 dead latents
+    b_enc[[12, 17, 25, 33]] += 8.0  # four dead latents dominate every sample's top-aux_k: few touched
+    return b, n, d, aux_k, coef, w_enc, b_enc, w_dec, xc, e, dead
+
+
+def _autograd(case):
+    b, n, d, aux_k, coef, w_enc, b_enc, w_dec, xc, e, dead = case
+    we, be, wd = (t.clone().requires_grad_() for t in (w_enc, b_enc, w_dec))
+    p = torch.relu(xc @ we.T + be)
+    pd = p[:, dead]
+    v, j = pd.topk(aux_k, dim=1)
+    zd = torch.zeros_like(pd).scatter(1, j, v)
+    aux = (zd @ wd[dead] + e).square().mean()
+    (coef * aux).backward()
+    return aux.detach(), we.grad, be.grad, wd.grad, (wd.grad * w_dec).sum(dim=1)
+
+
+@pytest.mark.parametrize("ratio, layout", [(16, "all dead"), (2, "touched"), (1, "entries")])
+def test_aux_grads_layouts_equal_autograd(ratio, layout, monkeypatch):
+    monkeypatch.setattr(sparse_grads, "AUX_BLOCK_MAX_RATIO", ratio)
+    case = _case()
+    b, n, d, aux_k, coef, w_enc, b_enc, w_dec, xc, e, dead = case
+    p = torch.relu(xc @ w_enc.T + b_enc)
+    touched_cols = torch.unique(p[:, dead].topk(aux_k, dim=1).indices)
+    n_dead = int(dead.sum())
+    want = {"all dead": n_dead <= ratio * aux_k,
+            "touched": n_dead > ratio * aux_k >= touched_cols.numel(),
+            "entries": touched_cols.numel() > ratio * aux_k}
+    assert want[layout], (n_dead, touched_cols.numel())  # the case really takes the layout under test
+    gwd, gwe = torch.zeros(n, d, dtype=torch.float64), torch.zeros(n, d, dtype=torch.float64)
+    gbe, cdot = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    out = sparse_grads.aux_grads(p, dead, aux_k, coef, e, w_dec, xc, gwd, gwe, gbe, cdot)
+    aux, g_we, g_be, g_wd, ref_cdot = _autograd(case)
+    torch.testing.assert_close(out.loss, aux, rtol=1e-12, atol=0)
+    for got, ref in ((gwd, g_wd), (gwe, g_we), (gbe, g_be), (cdot, ref_cdot)):
+        torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-15)
+    assert set(torch.nonzero(g_wd.abs().sum(dim=1)).squeeze(1).tolist()) <= set(out.touched.tolist())

@@ -1,0 +1,159 @@
+"""GPU shares (raybench.resources): the memory estimates and packing by hand, then `auto` on Ray logical GPUs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from torch import nn
+
+import raybench.resources as rr
+from raybench.config import ConfigError, EncoderConfig, ResourceConfig, load_run_config, paper_run
+from raybench.paths import RunLayout
+
+GIB = 1 << 30
+
+
+def test_sae_trial_bytes_by_hand():
+    # d 2, N 4, one SAE, B 1, 3 training rows: params 2*2*4 + 4 + 2 = 22 (x4: value, grad, two Adam moments),
+    # batch 1 * (3 * 4 + 4 * 2) = 20, data 3 * 2 = 6 -> 88 + 20 + 6 = 114 floats
+    assert rr.sae_trial_bytes(2, 4, 1, 1, n_train=3) == 114 * 4
+    # the paper's E = 32 stack: d 768, N 24,576, 3 seeds, B 256
+    params = 3 * (2 * 768 * 24576 + 24576 + 768)
+    assert params == 113_322_240
+    batch = 3 * 256 * (3 * 24576 + 4 * 768)
+    assert rr.sae_trial_bytes(768, 24576, 3, 256) == 4 * (4 * params + batch) == 2_049_085_440
+
+
+def test_encoder_bytes_by_hand():
+    # 10 weights; batch 2 of 3 input values, each with 32 values of working memory; 2 layers of width 4
+    assert rr.encoder_bytes(10, 2, 3, 2, 4) == 4 * (10 + 2 * (3 * 33 + 2 * 4))
+
+
+def test_packing_fits_usable_memory_and_caps():
+    assert rr.per_gpu(1 * GIB, 16 * GIB, 4) == 4  # 12 fit in 12.8 GiB usable, capped at 4
+    assert rr.per_gpu(1 * GIB, 16 * GIB, 8) == 8
+    assert rr.per_gpu(5 * GIB, 16 * GIB, 4) == 2  # floor(12.8 / 5)
+    assert rr.per_gpu(20 * GIB, 16 * GIB, 4) == 1  # does not fit: a whole GPU
+    assert rr.per_gpu(0, 16 * GIB, 4) == 4
+    assert [rr.share(n) for n in (1, 2, 3, 4)] == [1.0, 0.5, 0.3333, 0.25]
+    assert 3 * rr.share(3) <= 1.0 and 7 * rr.share(7) <= 1.0
+
+
+def test_inventory_memory_from_config_then_accelerator_type_then_assumed():
+    cluster = {"CPU": 8.0, "GPU": 3.0, "accelerator_type:H100": 2.0, "accelerator_type:T4": 1.0}
+    assert rr.inventory(cluster) == rr.GpuInventory(3.0, 16 * GIB, "accelerator_type:T4")  # the smallest
+    assert rr.inventory(cluster, memory_gb=40) == rr.GpuInventory(3.0, 40 * GIB, "resources.gpu_memory_gb")
+    assert rr.inventory({"GPU": 1.0, "accelerator_type:XYZ": 1.0}) == rr.GpuInventory(1.0, 16 * GIB, "assumed")
+    assert rr.inventory({"CPU": 2.0}).count == 0.0
+
+
+def test_gpus_the_autoscaler_may_add_count():
+    now = {"CPU": 0.0, "memory": 8.0}  # a CPU head; GPU workers scale from zero
+    potential = {"CPU": 32.0, "GPU": 4.0, "accelerator_type:A10G": 4.0}
+    merged = rr.with_potential(now, potential)
+    assert merged == {"CPU": 32.0, "memory": 8.0, "GPU": 4.0, "accelerator_type:A10G": 4.0}
+    assert rr.inventory(merged) == rr.GpuInventory(4.0, 24 * GIB, "accelerator_type:A10G")
+    assert rr.with_potential({"GPU": 2.0}, None) == {"GPU": 2.0}
+
+
+def test_resolve_auto_and_explicit_numbers():
+    paper_e32 = rr.sae_trial_bytes(768, 24576, 3, 256)  # 1.91 GiB
+    h100 = rr.inventory({"GPU": 1.0, "accelerator_type:H100": 1.0})
+    cpus = rr.inventory({"CPU": 16.0})
+    assert rr.resolve("auto", h100, paper_e32, 4).gpus == 0.25  # 4 per GPU
+    assert rr.resolve("auto", cpus, paper_e32, 4).gpus == 0.0  # no GPU: CPU
+    small = rr.inventory({"GPU": 1.0}, memory_gb=8)  # 6.4 GiB usable: 3 fit
+    assert rr.resolve("auto", small, paper_e32, 4).gpus == 0.3333
+    assert rr.resolve("auto", rr.inventory({"GPU": 1.0}, memory_gb=2), paper_e32, 4).gpus == 1.0
+    assert rr.resolve(0.5, cpus, paper_e32, 4).gpus == 0.5  # numbers as given
+    assert rr.resolve(0.0, h100, paper_e32, 4).gpus == 0.0
+    choice = rr.resolve("auto", h100, paper_e32, 4)
+    assert (choice.need_gib, choice.gpu_memory_gib, choice.per_gpu) == (1.908, 80.0, 4)
+
+
+def test_largest_stack_counts_the_seeds_of_a_stack():
+    assert rr.largest_stack_bytes([(4, 8, 3), (4, 32, 3), (8, 8, 1)], 2) == rr.sae_trial_bytes(4, 32, 3, 2)
+    assert rr.largest_stack_bytes([], 2) == 0
+
+
+def test_config_accepts_auto_or_a_number(tmp_path):
+    assert paper_run().encoders.num_gpus == "auto" and paper_run().resources.trial_gpus == "auto"
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: paper\nencoders: {num_gpus: 0.5}\nresources: {trial_gpus: auto, gpu_memory_gb: 24}\n")
+    cfg = load_run_config(path)
+    assert cfg.encoders.num_gpus == 0.5 and cfg.resources.trial_gpus == "auto" and cfg.resources.gpu_memory_gb == 24
+    for bad, msg in [("encoders: {num_gpus: lots}", "encoders.num_gpus must be a number or 'auto', got 'lots'"),
+                     ("resources: {trial_gpus: -1}", "resources.trial_gpus must be a number >= 0 or 'auto'"),
+                     ("resources: {max_per_gpu: 0}", "resources.max_per_gpu must be > 0"),
+                     ("resources: {gpu_memory_gb: 0}", "resources.gpu_memory_gb must be > 0 or null")]:
+        path.write_text(f"preset: paper\n{bad}\n")
+        with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            load_run_config(path)
+    with pytest.raises(ConfigError, match="encoders.num_gpus must be a number >= 0 or 'auto'"):
+        EncoderConfig(num_gpus="half").validate()
+
+
+class _Enc(nn.Module):
+    name, n_layers, d = "toy", 2, 4
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Linear(3, 4)  # 16 parameters
+
+
+def test_auto_on_a_logical_gpu_gives_fractions_and_records_them(ray_cluster, tmp_path):
+    """The session cluster has one logical GPU (no memory figure: 16 GiB assumed): auto packs 4 per GPU."""
+    res = ResourceConfig()
+    assert rr.connected_inventory(res).count == 1.0
+    assert rr.declared_gpus("auto", res) == 0.25 and rr.declared_gpus(0.0, res) == 0.0
+    enc = rr.with_encoder_gpus(EncoderConfig(batch_size=2), _Enc(), (3,), tmp_path, res)
+    assert enc.num_gpus == 0.25
+    assert rr.with_encoder_gpus(EncoderConfig(num_gpus=0.0), _Enc(), (3,), tmp_path, res).num_gpus == 0.0
+    record = json.loads(RunLayout.at(tmp_path).resources_resolved.read_text())
+    assert record["encode"]["toy"]["requested"] == 0.0 and record["encode"]["toy"]["cluster_gpus"] == 1.0
+    assert record["encode"]["toy"]["need_gib"] == round(4 * (16 + 2 * (3 * 33 + 2 * 4)) / GIB, 3)
+
+    cfg = replace(paper_run(str(tmp_path)), resources=replace(res, max_per_gpu=2))
+    assert rr.run_trial_gpus(cfg, tmp_path) == 0.5  # no stores yet: need unknown, max_per_gpu per GPU
+    assert json.loads(RunLayout.at(tmp_path).resources_resolved.read_text())["train"]["trial"]["gpus"] == 0.5
+
+    @ray_cluster.remote
+    def assigned() -> list:
+        return ray_cluster.get_gpu_ids()
+
+    # what a worker with that share is given: the logical GPU, on which the trial and actor code fall back to CPU
+    assert ray_cluster.get(assigned.options(num_gpus=enc.num_gpus).remote()) == [0]
+
+
+def test_auto_on_a_cpu_only_cluster_gives_zero(ray_cluster, tmp_path, monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "memory": 1e9})
+    res = ResourceConfig()
+    assert rr.declared_gpus("auto", res) == 0.0
+    assert rr.with_encoder_gpus(EncoderConfig(), _Enc(), (3,), tmp_path, res).num_gpus == 0.0
+    assert rr.run_trial_gpus(paper_run(str(tmp_path)), tmp_path) == 0.0
+    assert rr.resolve(0.25, rr.connected_inventory(res), 0, 4).gpus == 0.25  # an explicit share is still asked for
+
+
+def test_trial_need_comes_from_the_runs_stores(ray_cluster, tmp_path):
+    """run_trial_gpus reads each model's width and train rows from the activation stores' index files."""
+    from raybench.encoders.store import INDEX
+
+    cfg = paper_run(str(tmp_path))
+    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid, models=("csfm", "ecg_fm"))),
+                  resources=ResourceConfig(gpu_memory_gb=4.0))
+    for model, d, rows in (("csfm", 64, 1000), ("ecg_fm", 128, 3000)):
+        layer_dir = RunLayout.at(tmp_path).activation_dir(model, 0)
+        layer_dir.mkdir(parents=True)
+        (layer_dir / INDEX).write_text(json.dumps({"n_layers": 12, "d": d, "splits": {"train": rows}}))
+    # the largest stack: ecg_fm at E 32 (N 4096), 3 seeds, B 256, its 3000 train rows: 0.085 GiB
+    need = rr.sae_trial_bytes(128, 32 * 128, 3, 256, 3000)
+    assert need == 4 * (4 * 3 * (2 * 128 * 4096 + 4096 + 128) + 3 * 256 * (3 * 4096 + 4 * 128) + 3000 * 128)
+    assert rr.run_trial_gpus(cfg, tmp_path) == 0.25  # 3.2 GiB usable / 0.085 GiB: capped at 4 per GPU
+    trial = json.loads(RunLayout.at(tmp_path).resources_resolved.read_text())["train"]["trial"]
+    assert trial["need_gib"] == round(need / GIB, 3) and trial["memory_source"] == "resources.gpu_memory_gb"
+    tight = replace(cfg, resources=ResourceConfig(gpu_memory_gb=0.25))  # 0.2 GiB usable: 2 fit
+    assert rr.run_trial_gpus(tight, tmp_path) == 0.5
