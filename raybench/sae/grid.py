@@ -139,9 +139,9 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
-        # reuse_actors: a finished trial's worker process takes the next trial (same resources), so each trial
-        # does not pay a process start and the torch / raybench imports again
-        tune_config=tune.TuneConfig(max_concurrent_trials=res.max_concurrent_trials or None, reuse_actors=True),
+        # no reuse_actors: a reused trial process keeps its node, so a worker added mid-run would get no trials
+        # (elastic scaling, tests/sae/test_grid_elastic.py); a process start is ~5% of a demo trial
+        tune_config=tune.TuneConfig(max_concurrent_trials=res.max_concurrent_trials or None, reuse_actors=False),
         run_config=tune.RunConfig(
             name=os.path.basename(exp_dir),
             storage_path=storage,

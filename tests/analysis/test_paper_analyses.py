@@ -239,7 +239,7 @@ def test_grid_command_passes_allow_incomplete(monkeypatch):
 
     seen = {}
 
-    def run_pipeline(cfg, echo=None, allow_incomplete=False):
+    def run_pipeline(cfg, echo=None, allow_incomplete=False, **kw):
         seen["allow"] = allow_incomplete
         return {"total": 0.0}
 
