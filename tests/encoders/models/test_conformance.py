@@ -37,6 +37,11 @@ def test_demo_adapter_contract(name, profile):
     x = torch.from_numpy(np.stack([a.preprocess(r, 500) for r in _records(3)]))
     s = a.layer_states(x)
     assert s.shape == (a.n_layers, 3, 64) and torch.isfinite(s).all()
+    assert_seeded_and_deterministic(a, b, c, x, s)
+
+
+def assert_seeded_and_deterministic(a, b, c, x: torch.Tensor, s: torch.Tensor) -> None:
+    """The contract's determinism checks: `a` and `b` share a seed, `c` does not; `s` = a.layer_states(x)."""
     assert torch.equal(s, a.layer_states(x)) and torch.equal(s, b.layer_states(x))
     assert not torch.allclose(c.layer_states(x), s)
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
