@@ -35,7 +35,44 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="session")
+def finished_small_run(tmp_path_factory, ray_cluster):
+    """One small run through every stage of `raybench grid` (tests/small_run.py finished_config), built once per
+    session: (config, stage timings, printed lines). Read it as it is; change a copy (small_run.copy_run)."""
+    from raybench.pipeline import run_pipeline
+    from tests.small_run import finished_config
+
+    cfg = finished_config(tmp_path_factory.mktemp("finished") / "run")
+    lines: list[str] = []
+    timings = run_pipeline(cfg, echo=lines.append)
+    return cfg, timings, lines
+
+
+@pytest.fixture(scope="session")
 def ptbxl_sample() -> Path:
     if not (PTBXL_SAMPLE / "ptbxl_database.csv").exists():
         pytest.skip(f"PTB-XL sample not found at {PTBXL_SAMPLE}")
     return PTBXL_SAMPLE
+
+
+SHARED_RUN_FIXTURES = ("finished_small_run",)  # session-scoped built runs: their users share one xdist worker
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n 2 --dist loadgroup`, the README's command): the tests that share a built fixture go
+    to one worker, so it is still built once: a module's tests that use a module-scoped fixture (a built run, an
+    encoded cohort) stay together, and every module using a shared session run joins one group. Every other
+    test goes to whichever worker is free."""
+    shared_modules, grouped = set(), []
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        shared = any(name in info.name2fixturedefs for name in SHARED_RUN_FIXTURES)
+        if shared:
+            shared_modules.add(item.module.__name__)
+        if shared or any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
+            grouped.append(item)
+    for item in grouped:
+        module = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(SHARED_RUN_FIXTURES[0] if module in shared_modules else module))

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from raybench.config import CohortConfig, EncoderConfig, GridProtocol, RunConfig, demo_protocol
+from raybench.config import (
+    CohortConfig,
+    EncoderConfig,
+    GridProtocol,
+    ReliabilityConfig,
+    RunConfig,
+    demo_protocol,
+)
 from raybench.paths import RunLayout
 
 
@@ -39,3 +47,24 @@ def build_encoded_run(cfg: RunConfig) -> RunConfig:
         layers = audited_layers(cfg.protocol, build_encoder(spec).n_layers)
         extract_activations(layout.manifest, layout.root, spec, cfg.encoders, layers=layers, progress=False)
     return cfg
+
+
+# the reliability audit at the smallest size that still exercises every part
+SMALL_RELIABILITY = ReliabilityConfig(reseeds=2, sample_points=1, fractions=(0.0, 0.5, 1.0), panel_steps=(10, 60),
+                                      panel_expansions=(1,), panel_ks=(8,))
+
+
+def finished_config(run_dir: Path) -> RunConfig:
+    """The config of the session's one finished run (conftest `finished_small_run`): small_config, one trial per
+    model, a drawn selection subset (40 records, so evaluation reseeds differ) and the small reliability audit."""
+    cfg = small_config(run_dir)
+    proto = replace(cfg.protocol, eval=replace(cfg.protocol.eval, selection_records=40))
+    return replace(cfg, protocol=proto, resources=replace(cfg.resources, trial_unit="model"),
+                   reliability=SMALL_RELIABILITY)
+
+
+def copy_run(cfg: RunConfig, dest: Path) -> RunConfig:
+    """A copy of a run folder (files and mtimes) at `dest`, and its config pointing there: for tests that change
+    a run, so the shared one stays as built."""
+    shutil.copytree(cfg.run_dir, dest)
+    return replace(cfg, run_dir=str(dest))

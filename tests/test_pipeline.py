@@ -23,13 +23,9 @@ def _digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, ray_cluster):
-    cfg = small_config(tmp_path_factory.mktemp("pipeline") / "run")
-    cfg = replace(cfg, resources=replace(cfg.resources, trial_unit="model"))
-    lines: list[str] = []
-    timings = run_pipeline(cfg, echo=lines.append)
-    return cfg, timings, lines
+@pytest.fixture
+def finished_run(finished_small_run):
+    return finished_small_run
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from raybench.run_changes import (
     config_diff,
     new_stamp,
 )
-from tests.small_run import build_encoded_run, small_config
+from tests.small_run import copy_run, small_config
 
 
 def _with_models(cfg, models):
@@ -97,15 +97,8 @@ def _files(folder: Path) -> dict[str, tuple[int, str]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_a_third_encoder_is_encoded_trained_and_analyzed_alone(tmp_path, ray_cluster):
-    from raybench.sae.grid import run_grid
-
-    cfg = small_config(tmp_path / "run")  # ecg_fm, csfm: 24 cells
-    cfg = replace(cfg, resources=replace(cfg.resources, trial_unit="model"))
-    Path(cfg.run_dir).mkdir()
-    pl.write_run_yaml(cfg)  # the first run, up to its trained grid (its analysis would only cost time here)
-    build_encoded_run(cfg)
-    assert (run_grid(cfg)["status"] == "ok").all()
+def test_a_third_encoder_is_encoded_trained_and_analyzed_alone(tmp_path, finished_small_run):
+    cfg = copy_run(finished_small_run[0], tmp_path / "run")  # ecg_fm, csfm: 24 cells, finished
     layout = RunLayout.at(cfg.run_dir)
     before = {"cells": _files(layout.cells_dir), "activations": _files(layout.activations_dir)}
     assert {p.split("/")[0] for p in before["activations"]} == {"ecg_fm", "csfm"}

@@ -111,24 +111,26 @@ def test_reused_panel_figure_draws_each_concept_as_if_alone():
 
 
 def test_unchanged_images_are_copied_and_changed_ones_redrawn(tmp_path, fake_views, monkeypatch):
+    """In this process (parallel=False), so the patched drawing functions see every image drawn."""
     root = make_run(tmp_path / "run")
-    render.write_dashboards(root)
+    render.write_dashboards(root, parallel=False)
     folder = RunLayout.at(root).dashboards_dir
     before = {p: p.read_bytes() for p in folder.rglob("*.png")}
     index = render.read_index(root)
     assert set(index["stamps"]) == {str(p.relative_to(folder)) for p in before}
-    drawn = []
-    for name in ("panel_pngs", "record_pngs"):
+    drawn: dict[str, list] = {"panel_pngs": [], "record_pngs": []}
+    for name in drawn:
         real = getattr(render, name)
-        monkeypatch.setattr(render, name, lambda *a, _real=real: drawn.extend(a[-1]) or _real(*a))
-    render.write_dashboards(root)
-    assert drawn == [] and {p: p.read_bytes() for p in folder.rglob("*.png")} == before  # all copied
+        monkeypatch.setattr(render, name, lambda *a, _real=real, _name=name: drawn[_name].extend(a[-1]) or _real(*a))
+    render.write_dashboards(root, parallel=False)
+    assert drawn == {"panel_pngs": [], "record_pngs": []}  # all copied
+    assert {p: p.read_bytes() for p in folder.rglob("*.png")} == before
     index["stamps"]["ecg_fm/qt_interval.png"] = "stale"  # e.g. drawn by an older version
     (folder / "records" / "10.png").write_bytes(b"")
     index["stamps"]["records/10.png"] = "stale"
     write_text(folder / "index.json", json.dumps(index))
-    render.write_dashboards(root)
-    assert drawn[0] == "qt_interval" and [r[0] for r in drawn[1:]] == [10]
+    render.write_dashboards(root, parallel=False)
+    assert drawn["panel_pngs"] == ["qt_interval"] and [r[0] for r in drawn["record_pngs"]] == [10]
     assert {p: p.read_bytes() for p in folder.rglob("*.png")} == before
 
 

@@ -3,29 +3,18 @@ and the cheap part inside analyze."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from raybench.config import ReliabilityConfig
 from raybench.paths import RunLayout
-from tests.small_run import small_config
-
-SMALL = ReliabilityConfig(reseeds=2, sample_points=1, fractions=(0.0, 0.5, 1.0), panel_steps=(10, 60),
-                          panel_expansions=(1,), panel_ks=(8,))
+from tests.small_run import copy_run
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, ray_cluster):
-    from raybench.pipeline import run_pipeline
-
-    cfg = small_config(tmp_path_factory.mktemp("reliability") / "run")
-    proto = replace(cfg.protocol, eval=replace(cfg.protocol.eval, selection_records=40))  # a drawn subset
-    cfg = replace(cfg, protocol=proto, resources=replace(cfg.resources, trial_unit="model"), reliability=SMALL)
-    run_pipeline(cfg, echo=lambda _line: None)
-    return cfg
+def finished(finished_small_run, tmp_path_factory):
+    """A copy of the session's finished run (a drawn 40-record selection subset; the small reliability audit)."""
+    return copy_run(finished_small_run[0], tmp_path_factory.mktemp("reliability") / "run")
 
 
 @pytest.mark.slow
