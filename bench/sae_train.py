@@ -24,7 +24,7 @@ import torch
 from raybench.config import SAEProtocol
 from raybench.sae.model import Normalizer, SAECellConfig, StackedBatchTopKSAE
 from raybench.sae.sampler import SAMPLER_CLASSES
-from raybench.sae.step import AUTO_DENSE_ABOVE, Stepper
+from raybench.sae.step import Stepper, auto_implementation
 from raybench.sae.train import train_stack
 
 D, K, B = 768, 96, 256
@@ -198,14 +198,15 @@ def trajectories(x_raw: np.ndarray, expansions: list[int], steps: int, threads: 
         ref_mse, ref_aux = _reference_run(x_raw, cfg[0], torch.float32)
         sp = train_stack(x_raw, cfg, implementation="sparse")
         dn = train_stack(x_raw, cfg, implementation="dense")
-        auto = dn if e * D < K * AUTO_DENSE_ABOVE else sp  # what "auto" (a trial) runs at this E
+        dense = auto_implementation(D, e * D, K, B) == "dense"  # what "auto" (a trial) runs at this E
+        auto = dn if dense else sp
         torch.set_num_threads(1)
         dn1 = train_stack(x_raw, cfg, implementation="dense")
         torch.set_num_threads(threads)
         sp64 = train_stack(x_raw, cfg, implementation="sparse", dtype=torch.float64)
         dn64 = train_stack(x_raw, cfg, implementation="dense", dtype=torch.float64)
         ref64_mse, ref64_aux = _reference_run(x_raw, cfg[0], torch.float64)
-        auto64 = dn64 if e * D < K * AUTO_DENSE_ABOVE else sp64
+        auto64 = dn64 if dense else sp64
         cols = [_traj_diff(ref_mse, auto.loss_mse, ref_aux, auto.loss_aux),
                 _traj_diff(ref64_mse, auto64.loss_mse, ref64_aux, auto64.loss_aux)]
         cols += [_traj_diff(a.loss_mse, b.loss_mse, a.loss_aux, b.loss_aux) for a, b in ((sp, dn), (dn1, dn),

@@ -10,6 +10,7 @@ torch.nn.utils.clip_grad_norm_'s arithmetic (coef = max_norm / (norm + 1e-6), ca
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import torch
@@ -18,10 +19,26 @@ import torch.nn.functional as F
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk
 from raybench.sae.sparse_grads import aux_grads, entry_grads, project_rows
 
-# "auto" picks the dense reference when codes are denser than 1/32 (e.g. E = 1 with k = d/8): there the
-# dense GEMMs are cheap and the sparse path's per-entry bookkeeping does not pay (bench/sae_train.py).
+# "auto" picks the dense reference for small problems whose codes are denser than 1/32 (the demo's E = 1: d 64,
+# k 8, B 128): there the dense GEMMs cost less than the sparse path's per-entry bookkeeping. From a GEMM of
+# AUTO_DENSE_MAX_WORK multiply-adds (B x N x d) on, sparse wins even at 1/8 density (the paper's E = 1: 2x).
 AUTO_DENSE_ABOVE = 32
+AUTO_DENSE_MAX_WORK = 1 << 24
+# the SAEs of a stack run on concurrent threads (each thread's kernels still use torch's intra-op pool) from this
+# many latents on: larger SAEs spend most of a step in single-threaded sparse kernels, smaller ones would only
+# pay thread hand-offs (bench/sae_train.py: E = 32 about 9% faster per SAE, E = 1 slower)
+THREADED_MIN_LATENTS = 4096
+# from this many latents on, the entries' decoder/encoder row gradients are written whole by a sparse x dense product
+# (no zeroing pass, no scatter); below it zeroing plus gathered per-latent sums is cheaper (E = 32: 2.1 vs 5.8 ms
+# per gradient; E = 1: 0.68 vs 0.55 ms)
+OVERWRITE_MIN_LATENTS = 4096
 IMPLEMENTATIONS = ("sparse", "dense", "auto")
+
+
+def auto_implementation(d: int, n_latents: int, k: int, batch_size: int) -> str:
+    """What implementation="auto" runs for SAEs of this shape: "dense" only for small problems with dense codes."""
+    small = batch_size * n_latents * d < AUTO_DENSE_MAX_WORK
+    return "dense" if small and k * AUTO_DENSE_ABOVE > n_latents else "sparse"
 
 
 class StepLoss(NamedTuple):
@@ -43,6 +60,37 @@ def clip_coef(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
     return torch.clamp(max_norm / (norm + 1e-6), max=1.0)
 
 
+# codes at least this dense (B*N <= ratio * B*k, e.g. E = 1 with k = d/8) take their CSR/CSC order from a [B, N]
+# mask (a scatter and two nonzero passes) instead of sorting the B*k entries twice
+MASK_LAYOUT_MAX_RATIO = 16
+
+
+def sparse_layout(p: torch.Tensor, flat: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The kept entries (flat positions `flat` [S, M] into each SAE's [B, N] slice of `p`, values `vals`) in CSR
+    order -> (rows, cols, vals [S, M], crow [S, B+1] row pointers, corder [S, M]: the CSR positions in column-major
+    order, rows ascending within a column)."""
+    s_n, b, n = p.shape
+    m = flat.shape[1]
+    if b * n > MASK_LAYOUT_MAX_RATIO * m:
+        flat, order = torch.sort(flat, dim=1)
+        vals = vals.gather(1, order)
+        rows = torch.div(flat, n, rounding_mode="floor")
+        cols = flat - rows * n
+        crow = torch.searchsorted(rows, torch.arange(b + 1, device=p.device).expand(s_n, b + 1).contiguous())
+        return rows, cols, vals, crow, torch.sort(cols, dim=1, stable=True).indices
+    mask = torch.zeros(s_n, b * n, dtype=torch.bool, device=p.device).scatter_(1, flat, True)
+    flat = mask.nonzero()[:, 1].view(s_n, m)  # row-major: CSR order
+    vals = p.reshape(s_n, -1).gather(1, flat)
+    rows = torch.div(flat, n, rounding_mode="floor")
+    cols = flat - rows * n
+    crow = torch.zeros(s_n, b + 1, dtype=torch.long, device=p.device)
+    torch.cumsum(mask.view(s_n, b, n).sum(dim=2), dim=1, out=crow[:, 1:])
+    rank = mask.cumsum(dim=1).sub_(1)  # CSR position of every kept entry
+    csc = mask.view(s_n, b, n).transpose(1, 2).nonzero()  # (sae, col, row), column-major
+    corder = rank.gather(1, (csc[:, 2] * n + csc[:, 1]).view(s_n, m))
+    return rows, cols, vals, crow, corder
+
+
 class Stepper:
     """One optimisation step for the whole stack; holds Adam and the dead counters."""
 
@@ -50,7 +98,7 @@ class Stepper:
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation must be 'sparse', 'dense' or 'auto', got {implementation!r}")
         if implementation == "auto":
-            implementation = "dense" if sae.k * AUTO_DENSE_ABOVE > sae.n_latents else "sparse"
+            implementation = auto_implementation(sae.d, sae.n_latents, sae.k, cfgs[0].batch_size)
         self.sae, self.cfgs, self.impl = sae, cfgs, implementation
         c = cfgs[0]
         dev = sae.W_enc.device
@@ -66,6 +114,7 @@ class Stepper:
         self.grad_clip = c.grad_clip  # shared by the stack (checked in train_stack)
         self.last_grad_norm: torch.Tensor | None = None  # [S] pre-clip total norm of the last step (clipping only)
         self._pre: torch.Tensor | None = None  # the sparse path's pre-activation buffer
+        self._pool: ThreadPoolExecutor | None = None  # runs the SAEs of a stack concurrently (sparse path)
         if implementation == "sparse":
             for p in self.params:
                 p.grad = torch.zeros_like(p)
@@ -142,54 +191,76 @@ class Stepper:
     def _sparse(self, xb: torch.Tensor, renormalize: bool = False) -> StepLoss:
         sae = self.sae
         s_n, b, d = xb.shape
-        n = sae.n_latents
         xc = xb - sae.b_dec.unsqueeze(1)
-        p = torch.baddbmm(sae.b_enc.unsqueeze(1), xc, sae.W_enc.transpose(1, 2), out=self._pre_buffer(s_n, b))
+        p = self._pre_buffer(s_n, b)
+        for i in range(s_n):  # per SAE: one batched baddbmm over the stack runs ~15% slower per SAE (MKL, E = 32)
+            torch.addmm(sae.b_enc[i], xc[i], sae.W_enc[i].t(), out=p[i])
         p.relu_()
         vals_all, flat_all = batch_topk(p, sae.k)
         # the whole stack at once (rows run in parallel): CSR order of the entries, their rows and columns, the
         # CSR row pointers, and the column-major (CSC) order the gradient kernels use
-        flat_all, order = torch.sort(flat_all, dim=1)
-        vals_all = vals_all.gather(1, order)
-        rows_all = torch.div(flat_all, n, rounding_mode="floor")
-        cols_all = flat_all - rows_all * n
-        crow_all = torch.searchsorted(rows_all, torch.arange(b + 1, device=xb.device).expand(s_n, b + 1).contiguous())
-        corder_all = torch.argsort(cols_all, dim=1)
+        rows_all, cols_all, vals_all, crow_all, corder_all = sparse_layout(p, flat_all, vals_all)
         mse_out, aux_out = xb.new_zeros(s_n), xb.new_zeros(s_n)
-        g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
-        g_be.zero_()
+        sae.b_enc.grad.zero_()
         if self.grad_clip is not None:
             self.last_grad_norm = xb.new_zeros(s_n)
-        for i in range(s_n):
-            w_enc, w_dec, gwe, gwd = sae.W_enc[i], sae.W_dec_t[i], g_we[i], g_wd[i]
-            gwe.zero_()  # a memset beats re-zeroing last step's rows by index
-            gwd.zero_()
-            rows, cols, vals, crow = rows_all[i], cols_all[i], vals_all[i], crow_all[i]
-            x_hat = F.embedding_bag(cols, w_dec, crow[:-1], mode="sum", per_sample_weights=vals) + sae.b_dec[i]
-            e = x_hat - xb[i]
-            mse_out[i] = e.square().mean()
-            g = e * (2.0 / (b * d))
-            dead = self._update_dead(i, cols[vals > 0])
-            cdot = xb.new_zeros(n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
-            touched = [entry_grads(crow, rows, cols, vals, g, w_dec, xc[i], gwd, gwe, g_be[i], cdot, corder_all[i])]
-            if bool(dead.any()):
-                ux, aux_out[i] = aux_grads(p[i], dead, self.aux_k[i], self.aux_coef[i], e, w_dec, xc[i], gwd, gwe,
-                                           g_be[i], cdot)
-                touched.append(ux)
-            # x enters only through xc = x - b_dec, so dL/db_dec = sum_b dL/dx_hat - sum_b dL/dxc, and
-            # sum_b dL/dxc = sum_j (dL/db_enc)_j w_enc_j: one GEMV instead of a [B, d] gradient per entry
-            g_bd[i] = g.sum(dim=0) - torch.mv(w_enc.t(), g_be[i])
-            if self.grad_clip is not None:  # the norm of the unprojected gradient, as published
-                norm = total_norm([t.reshape(1, -1) for t in (gwe, g_be[i], gwd, g_bd[i])])
-                self.last_grad_norm[i] = norm[0]
-            if renormalize:  # project on w_j / |w_j|: <g, w_j> w_j / |w_j|^2
-                cdot.div_(w_dec.norm(dim=1).clamp_min(1e-8).square())
-            project_rows(gwd, w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1 else touched[0])
-            if self.grad_clip is not None:  # scaling commutes with the (linear) projection
-                coef = clip_coef(norm, self.grad_clip)
-                if bool(coef[0] < 1.0):
-                    for t in (gwe, g_be[i], gwd, g_bd[i]):
-                        t.mul_(coef[0])
+        layout = (rows_all, cols_all, vals_all, crow_all, corder_all)
+        if s_n > 1 and torch.get_num_threads() > 1 and sae.n_latents >= THREADED_MIN_LATENTS:
+            for f in [self._threads().submit(self._one_sae, i, xb, xc, p, layout, mse_out, aux_out, renormalize)
+                      for i in range(s_n)]:
+                f.result()
+        else:
+            for i in range(s_n):
+                self._one_sae(i, xb, xc, p, layout, mse_out, aux_out, renormalize)
         if renormalize:
             sae.normalize_decoder_()
         return StepLoss(mse_out, aux_out)
+
+    def _threads(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=min(self.sae.n_saes, torch.get_num_threads()),
+                                            thread_name_prefix="raybench-sae")
+        return self._pool
+
+    @torch.no_grad()  # grad mode is per thread: the pool's threads need it too
+    def _one_sae(self, i: int, xb: torch.Tensor, xc: torch.Tensor, p: torch.Tensor, layout: tuple,
+                 mse_out: torch.Tensor, aux_out: torch.Tensor, renormalize: bool) -> None:
+        """The sparse step of SAE i of the stack, after the shared encoder GEMM and top-k: writes only row i of
+        every gradient and output, so the SAEs of a stack can run on concurrent threads."""
+        sae = self.sae
+        _, b, d = xb.shape
+        n = sae.n_latents
+        rows_all, cols_all, vals_all, crow_all, corder_all = layout
+        g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
+        w_enc, w_dec, gwe, gwd = sae.W_enc[i], sae.W_dec_t[i], g_we[i], g_wd[i]
+        rows, cols, vals, crow = rows_all[i], cols_all[i], vals_all[i], crow_all[i]
+        x_hat = F.embedding_bag(cols, w_dec, crow[:-1], mode="sum", per_sample_weights=vals) + sae.b_dec[i]
+        e = x_hat - xb[i]
+        mse_out[i] = e.square().mean()
+        g = e * (2.0 / (b * d))
+        dead = self._update_dead(i, cols[vals > 0])
+        cdot = xb.new_zeros(n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
+        overwrite = n >= OVERWRITE_MIN_LATENTS
+        if not overwrite:
+            gwe.zero_()  # a memset beats re-zeroing last step's rows by index
+            gwd.zero_()
+        touched = [entry_grads(crow, rows, cols, vals, g, w_dec, xc[i], gwd, gwe, g_be[i], cdot, corder_all[i],
+                               overwrite=overwrite)]
+        if bool(dead.any()):
+            ux, aux_out[i] = aux_grads(p[i], dead, self.aux_k[i], self.aux_coef[i], e, w_dec, xc[i], gwd, gwe,
+                                       g_be[i], cdot)
+            touched.append(ux)
+        # x enters only through xc = x - b_dec, so dL/db_dec = sum_b dL/dx_hat - sum_b dL/dxc, and
+        # sum_b dL/dxc = sum_j (dL/db_enc)_j w_enc_j: one GEMV instead of a [B, d] gradient per entry
+        g_bd[i] = g.sum(dim=0) - torch.mv(w_enc.t(), g_be[i])
+        if self.grad_clip is not None:  # the norm of the unprojected gradient, as published
+            norm = total_norm([t.reshape(1, -1) for t in (gwe, g_be[i], gwd, g_bd[i])])
+            self.last_grad_norm[i] = norm[0]
+        if renormalize:  # project on w_j / |w_j|: <g, w_j> w_j / |w_j|^2
+            cdot.div_(w_dec.norm(dim=1).clamp_min(1e-8).square())
+        project_rows(gwd, w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1 else touched[0])
+        if self.grad_clip is not None:  # scaling commutes with the (linear) projection
+            coef = clip_coef(norm, self.grad_clip)
+            if bool(coef[0] < 1.0):
+                for t in (gwe, g_be[i], gwd, g_bd[i]):
+                    t.mul_(coef[0])

@@ -10,8 +10,9 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 import raybench.sae.sparse_grads as sparse_grads
-from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
-from raybench.sae.step import Stepper
+import raybench.sae.step as step
+from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk
+from raybench.sae.step import Stepper, auto_implementation
 from raybench.sae.train import train_stack
 
 
@@ -120,10 +121,15 @@ def test_sparse_path_equals_dense_reference(aux_block_ratio, monkeypatch):
     np.testing.assert_array_equal(sp.dead_counter, de.dead_counter)
 
 
+@pytest.mark.parametrize("overwrite_min", [0, 10**9])  # row grads written by sparse x dense products / gathered
+@pytest.mark.parametrize("layout_ratio", [0, 10**9])  # CSR/CSC order by sorting / from a [B, N] mask
 @pytest.mark.parametrize("aux_block_ratio", [16, 0])
-def test_sparse_path_equals_dense_reference_to_float64_rounding(aux_block_ratio, monkeypatch):
+def test_sparse_path_equals_dense_reference_to_float64_rounding(aux_block_ratio, layout_ratio, overwrite_min,
+                                                                 monkeypatch):
     """In float64 the two paths agree to ~1e-12 over the whole run: the float32 gap is rounding, not maths."""
     monkeypatch.setattr(sparse_grads, "AUX_BLOCK_MAX_RATIO", aux_block_ratio)
+    monkeypatch.setattr(step, "MASK_LAYOUT_MAX_RATIO", layout_ratio)
+    monkeypatch.setattr(step, "OVERWRITE_MIN_LATENTS", overwrite_min)
     x = _data()
     cfgs = [_cfg(s, steps=30, dead_after_batches=2) for s in (21, 22)]
     sp = train_stack(x, cfgs, implementation="sparse", dtype=torch.float64)
@@ -133,6 +139,46 @@ def test_sparse_path_equals_dense_reference_to_float64_rounding(aux_block_ratio,
     np.testing.assert_allclose(sp.loss_aux, de.loss_aux, rtol=1e-11, atol=0)
     for name in ("W_enc", "b_enc", "W_dec_t", "b_dec"):
         torch.testing.assert_close(getattr(sp.sae, name), getattr(de.sae, name), atol=1e-11, rtol=1e-11)
+
+
+def test_sparse_layouts_agree_entry_for_entry(monkeypatch):
+    """The mask layout (dense codes) gives the sort layout's CSR entries, row pointers and column order exactly."""
+    torch.manual_seed(0)
+    p = torch.relu(torch.randn(3, 32, 96))
+    p[0, :, :5] = 0.0  # zero columns: kept entries may be zeros too
+    vals, flat = batch_topk(p, 12)
+    monkeypatch.setattr(step, "MASK_LAYOUT_MAX_RATIO", 0)
+    by_sort = step.sparse_layout(p, flat, vals)
+    monkeypatch.setattr(step, "MASK_LAYOUT_MAX_RATIO", 10**9)
+    by_mask = step.sparse_layout(p, flat, vals)
+    for a, b in zip(by_sort, by_mask, strict=True):
+        assert torch.equal(a, b)
+    rows, cols, _, crow, corder = by_mask
+    assert torch.equal(crow[:, -1], torch.full((3,), 32 * 12))
+    c = cols.gather(1, corder)
+    assert (c[:, 1:] >= c[:, :-1]).all()  # column-major ...
+    r = rows.gather(1, corder)
+    assert ((c[:, 1:] > c[:, :-1]) | (r[:, 1:] > r[:, :-1])).all()  # ... rows ascending within a column
+
+
+def test_threaded_stack_equals_the_serial_one(monkeypatch):
+    """The SAEs of a stack on concurrent threads (large SAEs with several torch threads) give the serial result
+    bit for bit: each SAE runs the same kernels on its own rows."""
+    x = _data()
+    cfgs = [_cfg(s, steps=12, dead_after_batches=2) for s in (41, 42, 43)]
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(step, "OVERWRITE_MIN_LATENTS", 0)  # as the large SAEs that run threaded
+        monkeypatch.setattr(step, "THREADED_MIN_LATENTS", 10**9)
+        serial = train_stack(x, cfgs, implementation="sparse")
+        monkeypatch.setattr(step, "THREADED_MIN_LATENTS", 0)
+        threaded = train_stack(x, cfgs, implementation="sparse")
+    finally:
+        torch.set_num_threads(1)
+    np.testing.assert_array_equal(threaded.loss_mse, serial.loss_mse)
+    np.testing.assert_array_equal(threaded.loss_aux, serial.loss_aux)
+    for name in ("W_enc", "b_enc", "W_dec_t", "b_dec"):
+        assert torch.equal(getattr(threaded.sae, name), getattr(serial.sae, name)), name
 
 
 def test_resume_from_checkpoint_is_exact():
@@ -150,11 +196,14 @@ def test_resume_from_checkpoint_is_exact():
         train_stack(x, [_cfg(99, steps=20)], state=saved[14])
 
 
-def test_auto_implementation_picks_by_code_density():
+def test_auto_implementation_picks_by_code_density_and_size():
     dense_codes = StackedBatchTopKSAE.from_seeds([1], 16, 64, 4)  # k/N = 1/16
     sparse_codes = StackedBatchTopKSAE.from_seeds([1], 16, 256, 4)  # k/N = 1/64
     assert Stepper(dense_codes, [_cfg(1, k=4)], "auto").impl == "dense"
     assert Stepper(sparse_codes, [_cfg(1, n_latents=256, k=4)], "auto").impl == "sparse"
+    assert auto_implementation(64, 64, 8, 128) == "dense"  # the demo's E = 1
+    assert auto_implementation(768, 768, 96, 256) == "sparse"  # the paper's E = 1: dense codes, but large
+    assert auto_implementation(768, 768 * 32, 96, 256) == "sparse"
 
 
 def test_config_errors():
