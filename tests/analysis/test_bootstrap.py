@@ -131,3 +131,26 @@ def test_stats_errors_name_the_file(tmp_path):
         load_packed_stats([paths[0], bad], ["a", "b"], C, THR)
     with pytest.raises(StatsError, match="concepts"):
         load_packed_stats(paths[:1], ["a"], C + 1, THR)
+
+
+def test_in_place_abs_pearson_is_pearson_from_sums_bit_for_bit():
+    """The bootstrap's buffer-reusing |r| equals |pearson_from_sums| exactly, zero-variance and dead cases included,
+    with the concept side broadcast over cells as the bootstrap passes it."""
+    from raybench.analysis.packed_stats import abs_pearson_inplace
+    from raybench.sufficient_stats import pearson_from_sums
+
+    rng = np.random.default_rng(3)
+    d, cells, c = 7, 5, 6
+    n = rng.integers(20, 40, size=(d, 1, 1)).astype(float)
+    sa, say = rng.normal(size=(2, d, cells, c))
+    saa = np.abs(rng.normal(size=(d, cells, c))) * 40 + 1
+    sy = rng.normal(size=(d, 1, c))
+    syy = np.abs(rng.normal(size=(d, 1, c))) * 40 + 1
+    saa[0, 0, :3] = sa[0, 0, :3] ** 2 / n[0, 0, 0]  # constant up to rounding: r = 0 by the zero-variance rule
+    sa[1, 1], saa[1, 1] = 0.0, 0.0  # a dead coordinate
+    syy[2, 0, 4] = sy[2, 0, 4] ** 2 / n[2, 0, 0]  # a constant concept in one draw
+    say[3, 2, 1] = np.sqrt(saa[3, 2, 1] * syy[3, 0, 1]) * 2  # an |r| the clip has to cut to 1
+    want = np.abs(pearson_from_sums(n, sa, sy, saa, syy, say))
+    got = abs_pearson_inplace(n, sa.copy(), sy, saa, syy, say)
+    assert np.array_equal(got, want)
+    assert (got == 0).sum() >= 3 + c and got.max() <= 1.0
