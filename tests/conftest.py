@@ -76,3 +76,26 @@ def pytest_collection_modifyitems(config, items):
     for item in grouped:
         module = item.module.__name__
         item.add_marker(pytest.mark.xdist_group(SHARED_RUN_FIXTURES[0] if module in shared_modules else module))
+    _longest_first(items)
+
+
+# modules whose tests run longest (whole seconds on the 2-core box, two workers: --durations), started first
+LONG_MODULES = ("tests/sae/test_grid_elastic.py",  # ~190: clusters with nodes added and killed, a killed driver
+                "tests/test_remote_run.py",  # ~90: a two-node `ray start` cluster, Ray Jobs, S3
+                "tests/test_discrimination.py", "tests/test_progress.py", "tests/test_gpu_check.py",
+                "tests/analysis/secondary/test_calibration.py", "tests/test_bench.py")
+
+
+def _longest_first(items: list) -> None:
+    """The longest modules first (each module's tests stay together and in order, so module fixtures are still
+    built once), then the rest with the most slow tests first: the workers start on the long end-to-end tests
+    and fill the end with short ones, instead of one worker finishing a long test alone."""
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def weight(path: str) -> tuple[int, int]:
+        long = LONG_MODULES.index(path) if path in LONG_MODULES else len(LONG_MODULES)
+        return long, -sum(1 for i in modules[path] if i.get_closest_marker("slow"))
+
+    items[:] = [i for path in sorted(modules, key=weight) for i in modules[path]]  # stable sort
