@@ -43,14 +43,12 @@ def project_rows(gwd: torch.Tensor, w_dec: torch.Tensor, cdot: torch.Tensor, tou
 
 def entry_grads(crow: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, gup: torch.Tensor,
                 w_dec: torch.Tensor, xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor, gbe: torch.Tensor,
-                cdot: torch.Tensor, corder: torch.Tensor | None = None, overwrite: bool = False) -> torch.Tensor:
+                cdot: torch.Tensor, corder: torch.Tensor | None = None) -> torch.Tensor:
     """Gradients from code entries (row-major, CSR `crow`) whose reconstruction gets upstream grad `gup` [B, d].
 
     Adds into the decoder/encoder row grads and b_enc grad, and <dL/dw_j, w_j> into `cdot`; returns the latents
-    whose rows were added to, ascending. `corder`: the CSR positions in column order (rows ascending within a
-    column) when the caller has it. `overwrite`: write the decoder/encoder row grads whole instead (every row
-    untouched by an entry becomes 0) with one sparse x dense product each, which also saves zeroing them first.
-    The gradient reaching the input (for b_dec) is left to the caller: its batch sum is gbe @ w_enc.
+    whose rows were added to, ascending. `corder`: argsort(cols) when the caller has it. The gradient reaching
+    the input (for b_dec) is left to the caller: its batch sum is gbe @ w_enc.
     """
     b, n = gup.shape[0], w_dec.shape[0]
     with warnings.catch_warnings():  # "CSR support is in beta": used here only as the SDDMM pattern
@@ -59,25 +57,16 @@ def entry_grads(crow: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals
     dz = torch.sparse.sampled_addmm(mask, gup, w_dec.T, beta=0.0).values()  # <gup[b], w_dec[j]> per entry
     dpre = dz * (vals > 0)  # ReLU gate
     cdot.index_add_(0, cols, dz * vals)
-    corder = torch.sort(cols, stable=True).indices if corder is None else corder
+    corder = torch.argsort(cols) if corder is None else corder
     cs = cols.index_select(0, corder)
-    r = rows.index_select(0, corder)
-    gbe.index_add_(0, cols, dpre)
-    if overwrite:  # Z^T as CSR [N, B] (the code's CSC): gwd = Z^T gup, gwe = (dpre-gated Z)^T xc
-        cptr = torch.zeros(n + 1, dtype=torch.long, device=cols.device)
-        torch.cumsum(torch.bincount(cs, minlength=n), 0, out=cptr[1:])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for out, rhs, weights in ((gwd, gup, vals), (gwe, xc, dpre)):
-                zt = torch.sparse_csr_tensor(cptr, r, weights.index_select(0, corder), (n, b), check_invariants=False)
-                torch.addmm(out, zt, rhs, beta=0.0, out=out)
-        return torch.unique_consecutive(cs)
     uniq, counts = torch.unique_consecutive(cs, return_counts=True)
     coffs = torch.cumsum(counts, 0) - counts
+    r = rows.index_select(0, corder)
     gwd.index_add_(0, uniq, F.embedding_bag(r, gup, coffs, mode="sum",
                                             per_sample_weights=vals.index_select(0, corder)))
     gwe.index_add_(0, uniq, F.embedding_bag(r, xc, coffs, mode="sum",
                                             per_sample_weights=dpre.index_select(0, corder)))
+    gbe.index_add_(0, cols, dpre)
     return uniq
 
 

@@ -28,10 +28,6 @@ AUTO_DENSE_MAX_WORK = 1 << 24
 # many latents on: larger SAEs spend most of a step in single-threaded sparse kernels, smaller ones would only
 # pay thread hand-offs (bench/sae_train.py: E = 32 about 9% faster per SAE, E = 1 slower)
 THREADED_MIN_LATENTS = 4096
-# from this many latents on, the entries' decoder/encoder row gradients are written whole by a sparse x dense product
-# (no zeroing pass, no scatter); below it zeroing plus gathered per-latent sums is cheaper (E = 32: 2.1 vs 5.8 ms
-# per gradient; E = 1: 0.68 vs 0.55 ms)
-OVERWRITE_MIN_LATENTS = 4096
 IMPLEMENTATIONS = ("sparse", "dense", "auto")
 
 
@@ -240,12 +236,9 @@ class Stepper:
         g = e * (2.0 / (b * d))
         dead = self._update_dead(i, cols[vals > 0])
         cdot = xb.new_zeros(n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
-        overwrite = n >= OVERWRITE_MIN_LATENTS
-        if not overwrite:
-            gwe.zero_()  # a memset beats re-zeroing last step's rows by index
-            gwd.zero_()
-        touched = [entry_grads(crow, rows, cols, vals, g, w_dec, xc[i], gwd, gwe, g_be[i], cdot, corder_all[i],
-                               overwrite=overwrite)]
+        gwe.zero_()  # a memset beats re-zeroing last step's rows by index
+        gwd.zero_()
+        touched = [entry_grads(crow, rows, cols, vals, g, w_dec, xc[i], gwd, gwe, g_be[i], cdot, corder_all[i])]
         if bool(dead.any()):
             ux, aux_out[i] = aux_grads(p[i], dead, self.aux_k[i], self.aux_coef[i], e, w_dec, xc[i], gwd, gwe,
                                        g_be[i], cdot)

@@ -121,15 +121,12 @@ def test_sparse_path_equals_dense_reference(aux_block_ratio, monkeypatch):
     np.testing.assert_array_equal(sp.dead_counter, de.dead_counter)
 
 
-@pytest.mark.parametrize("overwrite_min", [0, 10**9])  # row grads written by sparse x dense products / gathered
 @pytest.mark.parametrize("layout_ratio", [0, 10**9])  # CSR/CSC order by sorting / from a [B, N] mask
 @pytest.mark.parametrize("aux_block_ratio", [16, 0])
-def test_sparse_path_equals_dense_reference_to_float64_rounding(aux_block_ratio, layout_ratio, overwrite_min,
-                                                                 monkeypatch):
+def test_sparse_path_equals_dense_reference_to_float64_rounding(aux_block_ratio, layout_ratio, monkeypatch):
     """In float64 the two paths agree to ~1e-12 over the whole run: the float32 gap is rounding, not maths."""
     monkeypatch.setattr(sparse_grads, "AUX_BLOCK_MAX_RATIO", aux_block_ratio)
     monkeypatch.setattr(step, "MASK_LAYOUT_MAX_RATIO", layout_ratio)
-    monkeypatch.setattr(step, "OVERWRITE_MIN_LATENTS", overwrite_min)
     x = _data()
     cfgs = [_cfg(s, steps=30, dead_after_batches=2) for s in (21, 22)]
     sp = train_stack(x, cfgs, implementation="sparse", dtype=torch.float64)
@@ -168,7 +165,6 @@ def test_threaded_stack_equals_the_serial_one(monkeypatch):
     cfgs = [_cfg(s, steps=12, dead_after_batches=2) for s in (41, 42, 43)]
     torch.set_num_threads(2)
     try:
-        monkeypatch.setattr(step, "OVERWRITE_MIN_LATENTS", 0)  # as the large SAEs that run threaded
         monkeypatch.setattr(step, "THREADED_MIN_LATENTS", 10**9)
         serial = train_stack(x, cfgs, implementation="sparse")
         monkeypatch.setattr(step, "THREADED_MIN_LATENTS", 0)
