@@ -29,6 +29,18 @@ AUTO_DENSE_MAX_WORK = 1 << 24
 # pay thread hand-offs (bench/sae_train.py: E = 32 about 9% faster per SAE, E = 1 slower)
 THREADED_MIN_LATENTS = 4096
 IMPLEMENTATIONS = ("sparse", "dense", "auto")
+_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (width, pool) shared by every Stepper of the process
+
+
+def _stack_threads(width: int) -> ThreadPoolExecutor:
+    """The process's one pool for running the SAEs of a stack concurrently (a trial process trains many stacks:
+    one pool per Stepper would leave idle threads behind), as wide as torch's intra-op pool."""
+    global _POOL
+    if _POOL is None or _POOL[0] != width:
+        if _POOL is not None:
+            _POOL[1].shutdown(wait=False)
+        _POOL = (width, ThreadPoolExecutor(max_workers=width, thread_name_prefix="raybench-sae"))
+    return _POOL[1]
 
 
 def auto_implementation(d: int, n_latents: int, k: int, batch_size: int) -> str:
@@ -110,7 +122,6 @@ class Stepper:
         self.grad_clip = c.grad_clip  # shared by the stack (checked in train_stack)
         self.last_grad_norm: torch.Tensor | None = None  # [S] pre-clip total norm of the last step (clipping only)
         self._pre: torch.Tensor | None = None  # the sparse path's pre-activation buffer
-        self._pool: ThreadPoolExecutor | None = None  # runs the SAEs of a stack concurrently (sparse path)
         if implementation == "sparse":
             for p in self.params:
                 p.grad = torch.zeros_like(p)
@@ -189,7 +200,7 @@ class Stepper:
         s_n, b, d = xb.shape
         xc = xb - sae.b_dec.unsqueeze(1)
         p = self._pre_buffer(s_n, b)
-        for i in range(s_n):  # per SAE: one batched baddbmm over the stack runs ~15% slower per SAE (MKL, E = 32)
+        for i in range(s_n):  # per SAE: one batched baddbmm over the stack ran ~5% slower (MKL, E = 8 and 32)
             torch.addmm(sae.b_enc[i], xc[i], sae.W_enc[i].t(), out=p[i])
         p.relu_()
         vals_all, flat_all = batch_topk(p, sae.k)
@@ -202,7 +213,8 @@ class Stepper:
             self.last_grad_norm = xb.new_zeros(s_n)
         layout = (rows_all, cols_all, vals_all, crow_all, corder_all)
         if s_n > 1 and torch.get_num_threads() > 1 and sae.n_latents >= THREADED_MIN_LATENTS:
-            for f in [self._threads().submit(self._one_sae, i, xb, xc, p, layout, mse_out, aux_out, renormalize)
+            pool = _stack_threads(torch.get_num_threads())
+            for f in [pool.submit(self._one_sae, i, xb, xc, p, layout, mse_out, aux_out, renormalize)
                       for i in range(s_n)]:
                 f.result()
         else:
@@ -211,12 +223,6 @@ class Stepper:
         if renormalize:
             sae.normalize_decoder_()
         return StepLoss(mse_out, aux_out)
-
-    def _threads(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=min(self.sae.n_saes, torch.get_num_threads()),
-                                            thread_name_prefix="raybench-sae")
-        return self._pool
 
     @torch.no_grad()  # grad mode is per thread: the pool's threads need it too
     def _one_sae(self, i: int, xb: torch.Tensor, xc: torch.Tensor, p: torch.Tensor, layout: tuple,
