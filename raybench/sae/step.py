@@ -14,10 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk
-from raybench.sae.sparse_grads import aux_grads, entry_grads, project_rows
+from raybench.sae.sparse_grads import aux_grads, bag_sum, entry_grads, project_rows
 
 # "auto" picks the dense reference for small problems whose codes are denser than 1/32 (the demo's E = 1: d 64,
 # k 8, B 128): there the dense GEMMs cost less than the sparse path's per-entry bookkeeping. From a GEMM of
@@ -236,7 +235,7 @@ class Stepper:
         g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
         w_enc, w_dec, gwe, gwd = sae.W_enc[i], sae.W_dec_t[i], g_we[i], g_wd[i]
         rows, cols, vals, crow = rows_all[i], cols_all[i], vals_all[i], crow_all[i]
-        x_hat = F.embedding_bag(cols, w_dec, crow[:-1], mode="sum", per_sample_weights=vals) + sae.b_dec[i]
+        x_hat = bag_sum(cols, w_dec, crow[:-1], vals) + sae.b_dec[i]
         e = x_hat - xb[i]
         mse_out[i] = e.square().mean()
         g = e * (2.0 / (b * d))
