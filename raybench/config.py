@@ -65,6 +65,9 @@ Profile = Literal["native", "published"]
 """Encoder preprocessing profile (§5.5)."""
 TrialUnit = Literal["stack", "layer", "model"]
 """What one Tune trial trains (ResourceConfig.trial_unit)."""
+ReuseMode = Literal["auto", True, False]
+"""Whether a finished trial's process runs the next trial (ResourceConfig.reuse_trial_processes); booleans, as YAML
+reads on/off and true/false."""
 GpuShare = float | Literal["auto"]
 """GPUs per encoder actor or SAE trial: a number (a fraction shares one GPU), or auto (raybench.resources: a share
 sized from the worker's memory need when the connected Ray cluster has GPUs, else 0)."""
@@ -169,6 +172,11 @@ class ResourceConfig:
     """What one Tune trial trains. stack: the seeds of one model x depth x E x arm (finest packing, for GPU
     clusters); layer: every E of one model x depth x arm; model: all cells of one model x arm. Coarser units
     amortize per-trial start-up on small CPU machines."""
+    reuse_trial_processes: ReuseMode = "auto"
+    """Let a finished trial's process run the next trial (Tune's reuse_actors), which skips a process start and
+    the torch import (~3-4 CPU seconds a trial): true, false or auto. auto: on when raybench started the Ray
+    instance itself (no node can join it), off when it connects to a cluster, where a reused process keeps its
+    node and a node added mid-run would get fewer trials. Results are the same either way."""
 
     def validate(self) -> None:
         check_choices(self, "resources")

@@ -45,7 +45,18 @@ def quiet_ray_logs() -> None:
     logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
 
 
+_OWNS_LOCAL = False  # init_ray started a local instance of its own (nothing else can join it)
+
+
+def owns_local_instance() -> bool:
+    """Whether the Ray this process uses is a local instance that init_ray started (not a cluster it joined)."""
+    import ray
+
+    return _OWNS_LOCAL and ray.is_initialized()
+
+
 def init_ray(resources: ResourceConfig | None = None) -> None:
+    global _OWNS_LOCAL
     import ray
 
     quiet_ray_logs()
@@ -54,6 +65,7 @@ def init_ray(resources: ResourceConfig | None = None) -> None:
     resources = resources or ResourceConfig()
     address = resources.address or os.environ.get("RAY_ADDRESS")
     level = logging.INFO if _VERBOSE else logging.ERROR
+    _OWNS_LOCAL = not address
     if address:
         ray.init(address=address, log_to_driver=_VERBOSE, logging_level=level)
     else:

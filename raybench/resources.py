@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raybench.atomic import read_json, write_json
-from raybench.config import GpuShare, ResourceConfig
+from raybench.config import GpuShare, ResourceConfig, ReuseMode
 from raybench.paths import RunLayout
 
 if TYPE_CHECKING:
@@ -230,3 +230,13 @@ def record(run_root: str | Path | None, stage: str, key: str, choice: Choice, wh
     write_json(path, data)
     if choice.requested == "auto" and choice.gpus > 0:
         print(line, file=sys.stderr, flush=True)
+
+
+def resolve_reuse_trial_processes(mode: ReuseMode) -> bool:
+    """resources.reuse_trial_processes as Tune's reuse_actors: auto is on only for a local instance raybench
+    started itself (raybench.ray_session.owns_local_instance), where no node can join mid-run."""
+    from raybench.ray_session import owns_local_instance
+
+    reuse = owns_local_instance() if mode == "auto" else bool(mode)
+    log.info("[resources] train reuse_trial_processes: %s -> %s", mode, reuse)
+    return reuse

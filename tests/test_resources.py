@@ -157,3 +157,48 @@ def test_trial_need_comes_from_the_runs_stores(ray_cluster, tmp_path):
     assert trial["need_gib"] == round(need / GIB, 3) and trial["memory_source"] == "resources.gpu_memory_gb"
     tight = replace(cfg, resources=ResourceConfig(gpu_memory_gb=0.25))  # 0.2 GiB usable: 2 fit
     assert rr.run_trial_gpus(tight, tmp_path) == 0.5
+
+
+def test_reuse_trial_processes_auto_is_on_only_for_a_local_instance_raybench_started(ray_cluster, monkeypatch):
+    import raybench.ray_session as session
+
+    monkeypatch.setattr(session, "_OWNS_LOCAL", False)  # the tests' session cluster: started by conftest
+    assert not rr.resolve_reuse_trial_processes("auto")
+    assert rr.resolve_reuse_trial_processes(True) and not rr.resolve_reuse_trial_processes(False)
+    monkeypatch.setattr(session, "_OWNS_LOCAL", True)  # as after init_ray started a local instance
+    assert rr.resolve_reuse_trial_processes("auto") and not rr.resolve_reuse_trial_processes(False)
+    for bad in ("yes", "on", 1):
+        with pytest.raises(ConfigError, match="reuse_trial_processes"):
+            ResourceConfig(reuse_trial_processes=bad).validate()
+
+
+def test_reuse_trial_processes_reads_yaml_booleans(tmp_path):
+    import yaml
+
+    from raybench.config import demo_run, dump_run_config
+
+    text = dump_run_config(demo_run(str(tmp_path / "run")))
+    assert "reuse_trial_processes: auto" in text
+    for word, value in (("off", False), ("true", True), ("auto", "auto")):
+        path = tmp_path / f"{word}.yaml"
+        path.write_text(text.replace("reuse_trial_processes: auto", f"reuse_trial_processes: {word}"))
+        assert yaml.safe_load(path.read_text())["resources"]["reuse_trial_processes"] == value
+        assert load_run_config(path).resources.reuse_trial_processes == value
+
+
+def test_init_ray_owns_a_local_instance_but_not_a_cluster_it_joins(monkeypatch):
+    """Which of init_ray's two ways of starting Ray it took decides `auto` (ray.init itself is not called)."""
+    import ray
+
+    import raybench.ray_session as session
+
+    calls = []
+    monkeypatch.setattr(session, "_OWNS_LOCAL", False)  # restored after the test
+    monkeypatch.setattr(ray, "is_initialized", lambda: bool(calls))
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    session.init_ray(ResourceConfig(num_cpus=1))
+    assert calls[-1]["address"] == "local" and session.owns_local_instance()
+    calls.clear()
+    session.init_ray(ResourceConfig(address="ray://head:10001"))
+    assert calls[-1]["address"] == "ray://head:10001" and not session.owns_local_instance()

@@ -23,7 +23,7 @@ from raybench.config import ModelDims, RunConfig, to_dict
 from raybench.encoders.store import ActivationStore
 from raybench.paths import RunLayout
 from raybench.privacy import failure_text, is_credentialed
-from raybench.resources import run_trial_gpus
+from raybench.resources import resolve_reuse_trial_processes, run_trial_gpus
 from raybench.sae.cells import CellSpec, build_cells, group_trials
 from raybench.sae.cells_table import collect_cells_table
 from raybench.sae.grid_progress import GridProgress, progress_callback
@@ -139,9 +139,10 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
-        # no reuse_actors: a reused trial process keeps its node, so a worker added mid-run would get no trials
-        # (elastic scaling, tests/sae/test_grid_elastic.py); a process start is ~5% of a demo trial
-        tune_config=tune.TuneConfig(max_concurrent_trials=res.max_concurrent_trials or None, reuse_actors=False),
+        # reuse_actors only where no node can join (resources.reuse_trial_processes): a reused trial process
+        # keeps its node, so on a cluster a worker added mid-run would get fewer trials (test_grid_elastic.py)
+        tune_config=tune.TuneConfig(max_concurrent_trials=res.max_concurrent_trials or None,
+                                    reuse_actors=resolve_reuse_trial_processes(res.reuse_trial_processes)),
         run_config=tune.RunConfig(
             name=os.path.basename(exp_dir),
             storage_path=storage,

@@ -209,3 +209,27 @@ def test_grid_checkpoints_are_tensors_and_json_and_unstamped_tune_state_is_not_r
     kept = _mtimes(layout, [c for c in table["cell_id"] if c != gone])
     again = run_grid(cfg, only_models=("csfm",))
     assert (again["status"] == "ok").all() and _mtimes(layout, kept) == kept
+
+
+def _trial_pids(layout: RunLayout) -> set[int]:
+    """The process ids Tune recorded in the trials' results."""
+    import json
+
+    return {json.loads(line)["pid"] for path in layout.tune_dir.glob("*/*/result.json")
+            for line in path.read_text().splitlines() if line.strip()}
+
+
+def test_reused_trial_processes_train_the_same_cells(encoded, tmp_path):
+    """reuse_trial_processes true: one process runs both trials (one at a time: each takes the 2 CPUs), and the
+    cells equal those of a run that starts a process per trial."""
+    tables, pids = {}, {}
+    for mode in (True, False):
+        cfg = _fresh(encoded, tmp_path / str(mode), trial_unit="stack", trial_cpus=2.0, reuse_trial_processes=mode)
+        grid = replace(cfg.protocol.grid, models=("csfm",), depths=(0.0,), seeds=(4311,), sensitivity_depth=None)
+        cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid))
+        tables[mode] = run_grid(cfg)
+        pids[mode] = _trial_pids(RunLayout.at(cfg.run_dir))
+    assert len(tables[True]) == 2 and (tables[True]["status"] == "ok").all()
+    assert len(pids[True]) == 1 and len(pids[False]) == 2, pids
+    metrics = ["cell_id", "val_r2", "test_r2", "val_dead_fraction", "test_accessibility", "test_coverage"]
+    pd.testing.assert_frame_equal(tables[True][metrics], tables[False][metrics])
