@@ -13,13 +13,20 @@ workers run or in which order tasks finish.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import ray
 
 from raybench import progress
-from raybench.analysis.packed_stats import CONSTANT_RTOL_F32, PatientStats, metrics_from_weighted
+from raybench.analysis.packed_stats import (
+    CONSTANT_RTOL_F32,
+    BlockReady,
+    PatientStats,
+    metrics_from_weighted,
+    pack_patient_stats,
+)
 from raybench.analysis.streams import (
     check_stream,
     crossed_counts,
@@ -118,11 +125,7 @@ def patient_bootstrap(stats: PatientStats, n_draws: int, seed: int, chunk_draws:
     block_refs = [b if isinstance(b, ray.ObjectRef) else ray.put(b) for b in stats.cell_blocks]
     slices = stats.block_slices
     group_refs = [stats.cell_group[s] for s in slices]
-    if check_stream(stream) == "published":
-        count_refs = [ray.put(c) for c in patient_draws(stats, n_draws, seed, chunk_draws, stream)]
-    else:
-        count_refs = [_counts_task.remote(seed, n_draws, chunk_draws, stats.n_patients, c)
-                      for c in range(n_chunks(n_draws, chunk_draws))]
+    count_refs = _count_refs(stats.n_patients, stats.active, n_draws, seed, chunk_draws, stream)
     jobs, where = [], []
     for c, cref in enumerate(count_refs):
         for b, bref in enumerate(block_refs):
@@ -134,6 +137,58 @@ def patient_bootstrap(stats: PatientStats, n_draws: int, seed: int, chunk_draws:
     for (c, b), res in zip(where, results, strict=True):
         out[c * chunk_draws:c * chunk_draws + res.shape[0], slices[b]] = res
     return out
+
+
+def _count_refs(n_patients: int, active: np.ndarray | None, n_draws: int, seed: int, chunk_draws: int,
+                stream: str) -> list[ray.ObjectRef]:
+    """The patient-count chunks of a bootstrap, in the object store: the published stream's drawn here in order,
+    the chunked stream's each drawn by its own task."""
+    if check_stream(stream) == "published":
+        return [ray.put(c) for c in patient_draws(n_patients, n_draws, seed, chunk_draws, stream, active=active)]
+    return [_counts_task.remote(seed, n_draws, chunk_draws, n_patients, c)
+            for c in range(n_chunks(n_draws, chunk_draws))]
+
+
+def packed_patient_bootstrap(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]], cell_ids: Sequence[str],
+                             n_concepts: int, threshold: float, n_draws: int, seed: int, chunk_draws: int = 250,
+                             cells_per_block: int = 64, stream: str = "chunked",
+                             dtype: type = np.float64) -> tuple[PatientStats, np.ndarray]:
+    """pack_patient_stats(put=True) and patient_bootstrap in one pass -> (stats, draws [n_draws, cells, 3]).
+
+    Packing runs on the driver, one cell at a time; here each block's tasks are submitted as soon as the block is
+    in the object store, so the workers compute while the driver packs the next block. Same draws and tasks, so
+    the same results as the two calls in turn. The published stream draws over the active patients, known for
+    sure only once every cell is read: the draws are made from the first block's, and should a later cell add a
+    patient, the bootstrap runs again over the final set.
+    """
+    check_stream(stream)
+    counts: list[ray.ObjectRef] = []
+    first_active: list[np.ndarray] = []
+    tasks: list[tuple[int, int, ray.ObjectRef]] = []  # (draw chunk, block, task)
+    shown = progress.current()
+
+    def submit(ready: BlockReady) -> None:
+        if not counts:
+            first_active.append(ready.active)
+            counts.extend(_count_refs(ready.n_patients, ready.active, n_draws, seed, chunk_draws, stream))
+        y_ref = ray.put(ready.y_matrix)
+        shown.add_total("bootstrap", "bootstrap tasks", len(counts), "tasks")
+        tasks.extend((c, ready.index, _patient_chunk.remote(cref, y_ref, ready.block, ready.group, n_concepts,
+                                                            threshold)) for c, cref in enumerate(counts))
+
+    stats = pack_patient_stats(items, cell_ids, n_concepts, threshold, cells_per_block, put=True, dtype=dtype,
+                               on_block=submit)
+    if stream == "published" and not np.array_equal(first_active[0], stats.active):
+        for _, _, ref in tasks:
+            ray.cancel(ref)
+        return stats, patient_bootstrap(stats, n_draws, seed, chunk_draws, stream=stream)
+    out = np.empty((n_draws, len(stats.cell_ids), 3))
+    slices = stats.block_slices
+    for c, b, ref in tasks:
+        res = ray.get(ref)
+        out[c * chunk_draws:c * chunk_draws + res.shape[0], slices[b]] = res
+        shown.advance("bootstrap")
+    return stats, out
 
 
 def crossed_bootstrap(values: np.ndarray, n_draws: int, seed: int, chunk_draws: int = 2500,

@@ -11,9 +11,10 @@ coverage) with the one Pearson-from-sums of raybench.sufficient_stats.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import ray
@@ -61,6 +62,21 @@ class PatientStats:
     def block_slices(self) -> list[slice]:
         starts = np.cumsum([0, *self.block_sizes])
         return [slice(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+
+
+class BlockReady(NamedTuple):
+    """A block of packed cells, handed to pack_patient_stats' `on_block` as soon as it is complete."""
+
+    index: int
+    block: Any
+    """[P, nb*(2+3C)] array, or its ray.ObjectRef with put=True."""
+    group: np.ndarray
+    """[nb] the concept block of each of the block's cells (indices into y_matrix)."""
+    y_matrix: np.ndarray
+    """The distinct concept blocks read so far: every group of this block is among them."""
+    n_patients: int
+    active: np.ndarray
+    """Patients with an evaluated record in the cells read so far."""
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -122,21 +138,28 @@ def load_packed_stats(paths: Sequence[Path], cell_ids: Sequence[str], n_concepts
     """Read every cell's patient_stats.npz, one cell at a time, into packed column blocks (see pack_patient_stats).
 
 (Not raybench.sae.cellio.load_patient_stats, which reads one cell's file as it is.)"""
+    return pack_patient_stats(read_cell_stats(paths, cell_ids), cell_ids, n_concepts, threshold, cells_per_block,
+                              put, dtype)
+
+
+def read_cell_stats(paths: Sequence[Path], cell_ids: Sequence[str]) -> Iterator[tuple[Path, dict[str, np.ndarray]]]:
+    """(path, arrays) of every cell's patient_stats.npz, read one at a time as consumed (pack_patient_stats' items)."""
     if len(paths) != len(cell_ids) or not paths:
         raise StatsError(f"need one patient_stats path per cell, got {len(paths)} paths for {len(cell_ids)} cells")
-    items = ((Path(p), _read_npz(Path(p))) for p in paths)
-    return pack_patient_stats(items, cell_ids, n_concepts, threshold, cells_per_block, put, dtype)
+    return ((Path(p), _read_npz(Path(p))) for p in paths)
 
 
 def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]], cell_ids: Sequence[str],
                        n_concepts: int, threshold: float, cells_per_block: int = 64, put: bool = False,
-                       dtype: type = np.float64) -> PatientStats:
+                       dtype: type = np.float64,
+                       on_block: Callable[[BlockReady], None] | None = None) -> PatientStats:
     """Pack (label, {n, sse, sst, corr}) per cell, consumed one at a time, into centred column blocks.
 
     dtype float32 halves memory and roughly doubles GEMM speed at ~1e-6 error in r (float64: exact).
 
     put=True moves each finished block into the Ray object store at once (the driver keeps only a
-    reference), so peak driver memory is one block, not the whole packed matrix.
+    reference), so peak driver memory is one block, not the whole packed matrix. on_block is called with each
+    finished block (raybench.analysis.bootstrap.packed_patient_bootstrap starts its tasks there).
     """
     n_cells = len(cell_ids)
     width = CELL_FIXED + 3 * n_concepts
@@ -178,6 +201,9 @@ def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]]
         if j == sizes[-1] - 1:
             blocks.append(ray.put(np.ascontiguousarray(current)) if put else current)
             current = None
+            if on_block is not None:
+                on_block(BlockReady(len(blocks) - 1, blocks[-1], cell_group[i - j:i + 1].copy(),
+                                    np.concatenate(y_parts, axis=1), int(n_patients), active.copy()))
     if i + 1 != n_cells:
         raise StatsError(f"statistics for {i + 1} cells, expected {n_cells}")
     return PatientStats(tuple(cell_ids), int(n_patients), n_concepts, np.concatenate(y_parts, axis=1), blocks,

@@ -160,18 +160,18 @@ def crossed_draw_indices(seed: int, n_draws: int, chunk_draws: int, n_depths: in
 
 
 def patient_draws(stats: PatientStats | int, n_draws: int, seed: int, chunk_draws: int,
-                  stream: str = "chunked") -> Iterator[np.ndarray]:
+                  stream: str = "chunked", active: np.ndarray | None = None) -> Iterator[np.ndarray]:
     """The patient-count chunks [<= chunk_draws, P] a patient bootstrap of `stats` uses, in draw order.
 
-    stats: the packed statistics (or just P).  The published stream draws over the active patients only and
-    gives the others a count of 0; the chunked stream draws over all P.
+    stats: the packed statistics (or just P, with `active` when not all P are).  The published stream draws over
+    the active patients only and gives the others a count of 0; the chunked stream draws over all P.
     """
     n_patients = stats if isinstance(stats, int) else stats.n_patients
     if check_stream(stream) == "chunked":
         for c in range(n_chunks(n_draws, chunk_draws)):
             yield patient_counts(seed, n_draws, chunk_draws, n_patients, c)
         return
-    active = None if isinstance(stats, int) else stats.active
+    active = active if isinstance(stats, int) else stats.active
     if active is None or bool(np.all(active)):
         yield from published_patient_counts(seed, n_draws, n_patients, chunk_draws)
         return

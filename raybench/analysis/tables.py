@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from raybench.analysis import stats as st
-from raybench.analysis.bootstrap import crossed_bootstrap, crossed_values, patient_bootstrap
+from raybench.analysis.bootstrap import crossed_bootstrap, crossed_values, packed_patient_bootstrap, patient_bootstrap
 from raybench.analysis.completeness import AnalysisError, annotate_base, check_complete, grid_frame
 from raybench.analysis.metrics import trapezoid_auc
-from raybench.analysis.packed_stats import METRIC_NAMES, load_packed_stats
+from raybench.analysis.packed_stats import METRIC_NAMES, load_packed_stats, read_cell_stats
 from raybench.analysis.paper_run import Crossed, paper_tables
 from raybench.analysis.randomness import write_randomness
 from raybench.analysis.reproducibility import reproducibility_tables
@@ -227,11 +227,17 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
         log.warning("analysis skips %s %s q=%g E=%d seed=%d: %s", row.arm, row.model, row.q, row.expansion,
                     row.seed, row.reason)
     concepts = read_concepts(layout, ok)
-    stats = load_packed_stats([layout.root / str(c) / "patient_stats.npz" for c in ok.cell_dir], list(ok.cell_id),
-                              len(concepts), ev.coverage_threshold, cells_per_block=cells_per_block, put=True,
-                              dtype=np.dtype(inf.gemm_dtype).type)
-    draws = patient_bootstrap(stats, inf.patient_draws, inf.seed, inf.chunk_draws, num_workers,
-                              stream=inf.stream)  # [D, cells, 3]
+    paths = [layout.root / str(c) / "patient_stats.npz" for c in ok.cell_dir]
+    dtype = np.dtype(inf.gemm_dtype).type
+    if num_workers is None:  # a block's bootstrap tasks run while the driver packs the next block
+        stats, draws = packed_patient_bootstrap(read_cell_stats(paths, list(ok.cell_id)), list(ok.cell_id),
+                                                len(concepts), ev.coverage_threshold, inf.patient_draws, inf.seed,
+                                                inf.chunk_draws, cells_per_block, inf.stream, dtype)
+    else:
+        stats = load_packed_stats(paths, list(ok.cell_id), len(concepts), ev.coverage_threshold,
+                                  cells_per_block=cells_per_block, put=True, dtype=dtype)
+        draws = patient_bootstrap(stats, inf.patient_draws, inf.seed, inf.chunk_draws, num_workers,
+                                  stream=inf.stream)  # [D, cells, 3]
     point = stats.point  # [cells, 3]
 
     models = [m for m in grid.models if m in set(ok.model)]

@@ -154,3 +154,37 @@ def test_in_place_abs_pearson_is_pearson_from_sums_bit_for_bit():
     got = abs_pearson_inplace(n, sa.copy(), sy, saa, syy, say)
     assert np.array_equal(got, want)
     assert (got == 0).sum() >= 3 + c and got.max() <= 1.0
+
+
+@pytest.mark.parametrize("stream", ["chunked", "published"])
+@pytest.mark.parametrize("subset_first", [False, True])
+def test_pipelined_pack_and_bootstrap_equal_the_two_in_turn(tmp_path, ray_cluster, monkeypatch, stream,
+                                                             subset_first):
+    """packed_patient_bootstrap (tasks start per packed block) against packing, then bootstrapping: the same stats
+    and, bit for bit, the same draws. One cell is evaluated on fewer records (a second concept block, patients
+    0-4 inactive): first, its block's tasks see only one concept block, and under the published stream the
+    active patients grow after the first block, so the bootstrap must run again over the final set."""
+    from raybench.analysis.packed_stats import read_cell_stats
+
+    patient, y, cells = _records(2)
+    keep = (patient >= 5) & (np.arange(len(patient)) % 4 != 0)
+    paths = _write(tmp_path, patient, y, cells)
+    sub = tmp_path / "subset" / "patient_stats.npz"
+    sub.parent.mkdir()
+    a, err, dev = cells[0]
+    np.savez(sub, **patient_stats(patient[keep], P, a[keep], y[keep], err[keep], dev[keep]))
+    paths = [sub, *paths] if subset_first else [*paths, sub]
+    ids = [f"c{i}" for i in range(len(paths))]
+    n_draws, chunk, seed = 90, 40, 5
+    ref_stats = load_packed_stats(paths, ids, C, THR, cells_per_block=1, put=True)
+    ref = bs.patient_bootstrap(ref_stats, n_draws, seed, chunk, stream=stream)
+
+    reruns = []
+    in_turn = bs.patient_bootstrap
+    monkeypatch.setattr(bs, "patient_bootstrap", lambda *a, **k: reruns.append(1) or in_turn(*a, **k))
+    stats, got = bs.packed_patient_bootstrap(read_cell_stats(paths, ids), ids, C, THR, n_draws, seed, chunk,
+                                             cells_per_block=1, stream=stream)
+    assert np.array_equal(got, ref, equal_nan=True)
+    assert np.array_equal(stats.y_matrix, ref_stats.y_matrix) and stats.y_matrix.shape[1] == 2 * (1 + 2 * C)
+    assert np.array_equal(stats.cell_group, ref_stats.cell_group) and np.array_equal(stats.active, ref_stats.active)
+    assert len(reruns) == (1 if stream == "published" and subset_first else 0)

@@ -219,17 +219,15 @@ def _trial_pids(layout: RunLayout) -> set[int]:
             for line in path.read_text().splitlines() if line.strip()}
 
 
-def test_reused_trial_processes_train_the_same_cells(encoded, tmp_path):
-    """reuse_trial_processes true: one process runs both trials (one at a time: each takes the 2 CPUs), and the
-    cells equal those of a run that starts a process per trial."""
-    tables, pids = {}, {}
-    for mode in (True, False):
-        cfg = _fresh(encoded, tmp_path / str(mode), trial_unit="stack", trial_cpus=2.0, reuse_trial_processes=mode)
-        grid = replace(cfg.protocol.grid, models=("csfm",), depths=(0.0,), seeds=(4311,), sensitivity_depth=None)
-        cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid))
-        tables[mode] = run_grid(cfg)
-        pids[mode] = _trial_pids(RunLayout.at(cfg.run_dir))
-    assert len(tables[True]) == 2 and (tables[True]["status"] == "ok").all()
-    assert len(pids[True]) == 1 and len(pids[False]) == 2, pids
-    metrics = ["cell_id", "val_r2", "test_r2", "val_dead_fraction", "test_accessibility", "test_coverage"]
-    pd.testing.assert_frame_equal(tables[True][metrics], tables[False][metrics])
+def test_reused_trial_processes_run_one_trial_after_another(encoded, tmp_path):
+    """reuse_trial_processes true: one process runs both trials (one at a time: each takes the 2 CPUs). That the
+    cells come out the same as with a process per trial is checked bit for bit by the killed-driver test
+    (test_grid_elastic.py: `raybench grid` reuses, run_grid on the test cluster does not)."""
+    cfg = _fresh(encoded, tmp_path, trial_unit="stack", trial_cpus=2.0, reuse_trial_processes=True)
+    grid = replace(cfg.protocol.grid, models=("csfm",), depths=(0.0,), seeds=(4311,), sensitivity_depth=None)
+    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid))
+    table = run_grid(cfg)
+    assert len(table) == 2 and (table["status"] == "ok").all(), table["status"].tolist()
+    layout = RunLayout.at(cfg.run_dir)
+    assert len(list(layout.tune_dir.glob("*/*/result.json"))) == 2
+    assert len(_trial_pids(layout)) == 1
