@@ -13,6 +13,7 @@ rerun trains exactly the missing cells.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
@@ -32,6 +33,8 @@ from raybench.sae.provenance import cell_done, check_stores_match_manifest, expe
 from raybench.sae.tracking import tracking_callbacks
 from raybench.sae.trial import train_cells_trial
 from raybench.sae.tune_experiments import check_owner_stamp, experiment_dirs, fs_join, write_owner_stamp
+
+log = logging.getLogger(__name__)
 
 EXPERIMENT = "grid"
 
@@ -112,7 +115,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
         check_owner_stamp(fs, exp_dir, f"{remote_uri.rstrip('/')}/tune/{name}" if remote_uri else None)
         tuner = tune.Tuner.restore(exp_dir, trainable=trainable, resume_unfinished=True, resume_errored=True,
                                    storage_filesystem=storage_fs)
-        errors.update(trial_errors(tuner.fit(), is_credentialed(cfg)))
+        errors.update(trial_errors(tuner.fit(), is_credentialed(cfg), lost_checkpoint_ok=True))
         if remote_uri:  # cells the restored trials finished on other nodes
             from raybench.storage import sync_down
 
@@ -157,11 +160,21 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
     return errors
 
 
-def trial_errors(results, credentialed: bool) -> dict[str, str]:
+# Tune's error for a restored trial whose recorded checkpoint is gone: a driver killed between Tune deleting the
+# previous checkpoint (num_to_keep=1) and saving its experiment state leaves the state pointing at it
+LOST_CHECKPOINT = "Could not recover from checkpoint as it does not exist on storage anymore"
+
+
+def trial_errors(results, credentialed: bool, lost_checkpoint_ok: bool = False) -> dict[str, str]:
     """stack_id -> why its trial failed, as `raybench.privacy.failure_text` allows for the cohort (a credentialed
-    cohort's message can list record ids: only the exception type and a count are kept)."""
+    cohort's message can list record ids: only the exception type and a count are kept). lost_checkpoint_ok: a
+    restored trial that failed only because its checkpoint was gone is left out, so its unfinished cells count as
+    pending and train afresh (training is seeded: the same cells)."""
     errors = {}
     for r in results:
+        if r.error is not None and lost_checkpoint_ok and LOST_CHECKPOINT in str(r.error):
+            log.warning("a restored trial's checkpoint is gone (driver killed mid-save); its cells train afresh")
+            continue
         if r.error is not None:
             reason = failure_text(r.error, credentialed)
             for stack in r.config.get("stacks", []):

@@ -231,3 +231,23 @@ def test_reused_trial_processes_run_one_trial_after_another(encoded, tmp_path):
     layout = RunLayout.at(cfg.run_dir)
     assert len(list(layout.tune_dir.glob("*/*/result.json"))) == 2
     assert len(_trial_pids(layout)) == 1
+
+
+def test_a_restored_trial_whose_checkpoint_is_gone_is_pending_not_failed():
+    """A driver killed between Tune deleting a trial's previous checkpoint and saving its experiment state leaves
+    a restored trial pointing at nothing: its cells must train afresh, not be reported failed."""
+    from types import SimpleNamespace
+
+    from raybench.sae.cells import CellSpec
+    from raybench.sae.grid import LOST_CHECKPOINT, trial_errors
+
+    def result(expansion: int, error):
+        cell = CellSpec(model="csfm", q=1.0, layer=1, n_layers=2, d=8, arm="primary", expansion=expansion,
+                        n_latents=8 * expansion, k=1, seed=4311)
+        return SimpleNamespace(error=error, config={"stacks": [[cell.to_dict()]]})
+
+    lost = RuntimeError(f"ValueError: {LOST_CHECKPOINT}. Got storage fs type `local` and path: /x")
+    results = [result(1, lost), result(2, RuntimeError("boom")), result(3, None)]
+    assert len(trial_errors(results, credentialed=False)) == 2  # a fresh experiment: every error counts
+    kept = trial_errors(results, credentialed=False, lost_checkpoint_ok=True)  # after a restore
+    assert len(kept) == 1 and "boom" in next(iter(kept.values()))
