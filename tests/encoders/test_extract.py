@@ -358,16 +358,17 @@ def cohort500(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", MODELS)
-def test_demo_encoders_ray_matches_plain(ray_cluster, cohort500, tmp_path, model):
-    if not _registered(model):
-        pytest.skip(f"encoder {model!r} not registered yet")
-    spec = EncoderSpec(model, size="demo")
-    summary = extract_activations(cohort500, tmp_path, spec, EncoderConfig(size="demo", batch_size=4),
-                                  progress=False)
-    assert summary["records"] == 6 and summary["quarantined"] == 0
-    ref = _assert_matches_plain(tmp_path, cohort500, spec, atol=1e-5)
-    assert len(ref) == summary["n_layers"]
+def test_demo_encoders_ray_matches_plain(ray_cluster, cohort500, tmp_path):
+    """Every registered encoder (demo size) through one Ray Data pipeline (the CPU encode stage's path; the
+    per-model path writes the same bytes, test_one_pipeline_for_several_models_writes_the_per_model_stores)
+    equals the plain loop."""
+    specs = [EncoderSpec(m, size="demo") for m in MODELS if _registered(m)]
+    summaries = extract_models(cohort500, tmp_path, specs, EncoderConfig(size="demo", batch_size=4, num_gpus=0.0),
+                               progress=False, depths=None)
+    for spec, summary in zip(specs, summaries, strict=True):
+        assert summary["records"] == 6 and summary["quarantined"] == 0, (spec.name, summary)
+        ref = _assert_matches_plain(tmp_path, cohort500, spec, atol=1e-5)
+        assert len(ref) == summary["n_layers"], spec.name
 
 
 def _ptbxl_frame(ptbxl_sample: Path) -> pd.DataFrame:
@@ -411,24 +412,27 @@ def test_every_real_record_goes_through_every_encoder(ray_cluster, ptbxl_manifes
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", MODELS)
-def test_full_size_encoder_on_ptbxl_sample(ray_cluster, ptbxl_manifest_few, tmp_path, model):
-    """Published architecture (random init) over real records of every split: every record stored, finite, 768-d."""
-    if not _registered(model):
-        pytest.skip(f"encoder {model!r} not registered yet")
-    summary = extract_activations(ptbxl_manifest_few, tmp_path, EncoderSpec(model, size="full"),
-                                  EncoderConfig(size="full", batch_size=8), depths=[0.0, 1.0], progress=False)
-    assert summary["records"] + summary["quarantined"] == 3 * FULL_SIZE_PER_SPLIT
-    assert summary["quarantined"] == 0, summary["quarantine_reasons"]
+def test_full_size_encoders_on_ptbxl_sample(ray_cluster, ptbxl_manifest_few, tmp_path):
+    """Published architectures (random init) over real records of every split, in one CPU pipeline: every record
+    stored, finite, 768-d, in manifest order."""
+    specs = [EncoderSpec(m, size="full") for m in MODELS if _registered(m)]
+    summaries = extract_models(ptbxl_manifest_few, tmp_path, specs,
+                               EncoderConfig(size="full", batch_size=8, num_gpus=0.0), depths=[0.0, 1.0],
+                               progress=False)
     store = ActivationStore.for_run(tmp_path)
     ids = read_manifest_records(ptbxl_manifest_few).df.groupby("split")["ecg_id"].apply(list).to_dict()
-    for layer in summary["layers"]:
-        idx = store.index(model, layer)
-        assert idx["d"] == 768 and idx["splits"] == {s: len(v) for s, v in ids.items()}
-        for split in ids:
-            arr = store.load(model, layer, split)
-            assert store.ecg_ids(model, layer, split).tolist() == ids[split]
-            assert np.isfinite(arr).all() and arr.std() > 0
+    for spec, summary in zip(specs, summaries, strict=True):
+        model = spec.name
+        assert summary["records"] + summary["quarantined"] == 3 * FULL_SIZE_PER_SPLIT, model
+        assert summary["quarantined"] == 0, (model, summary["quarantine_reasons"])
+        assert len(summary["layers"]) == 2, (model, summary["layers"])
+        for layer in summary["layers"]:
+            idx = store.index(model, layer)
+            assert idx["d"] == 768 and idx["splits"] == {s: len(v) for s, v in ids.items()}, (model, idx)
+            for split in ids:
+                arr = store.load(model, layer, split)
+                assert store.ecg_ids(model, layer, split).tolist() == ids[split], (model, layer, split)
+                assert np.isfinite(arr).all() and arr.std() > 0, (model, layer, split)
 
 
 def test_encode_cli_errors(tmp_path):
