@@ -34,30 +34,50 @@ from raybench.analysis.plotting import (
     models_in,
     palette,
     panel_grid,
-    save_figure,
+    render_figure,
+    write_rendered,
 )
+from raybench.analysis.shared_jobs import run_jobs
 from raybench.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
 
-def make_figures(root: str | Path) -> list[Path]:
-    """Draw every figure whose tables exist under `root`/tables; return the written PNG and SVG paths."""
+def make_figures(root: str | Path, parallel: bool | None = None) -> list[Path]:
+    """Draw every figure whose tables exist under `root`/tables; return the written PNG and SVG paths.
+
+    Figures are drawn by Ray tasks and this process together when Ray is up (the analyze stage; `parallel` None)
+    or `parallel` is True, here alone otherwise (`raybench report`); the files are the same bytes either way."""
+    import ray
+
     layout = RunLayout.at(root)
     tables = load_tables(layout.tables_dir)
-    written: list[Path] = []
+    specs = []
     for spec in FIGURES:
         missing = [t for t in spec.needs if t not in tables or tables[t].empty]
         if missing:
             log.info("figure %s skipped: table(s) %s missing or empty in %s", spec.stem, missing, layout.tables_dir)
-            continue
-        with matplotlib.rc_context(RC):
-            fig = spec.build(tables)
-            if fig is None:
-                log.info("figure %s skipped: nothing to draw", spec.stem)
-                continue
-            written += save_figure(fig, layout.figures_dir, spec.stem)
+        else:
+            specs.append(spec)
+    remote = ray.is_initialized() if parallel is None else parallel
+    shared = ray.put(tables) if remote and specs else tables  # one copy for every task
+    drawn: dict[str, dict[str, bytes] | None] = {}
+    for i, rendered in run_jobs([(draw_figure, (spec, shared)) for spec in specs], remote, steal_tail=False):
+        drawn[specs[i].stem] = rendered
+    written: list[Path] = []
+    for spec in specs:  # in FIGURES order
+        if drawn[spec.stem] is None:
+            log.info("figure %s skipped: nothing to draw", spec.stem)
+        else:
+            written += write_rendered(drawn[spec.stem], layout.figures_dir, spec.stem)
     return written
+
+
+def draw_figure(spec: FigureSpec, tables: Tables) -> dict[str, bytes] | None:
+    """One figure as PNG and SVG bytes (None: nothing to draw); a job of make_figures."""
+    with matplotlib.rc_context(RC):
+        fig = spec.build(tables)
+        return None if fig is None else render_figure(fig)
 
 
 # ---------------------------------------------------------------- helpers

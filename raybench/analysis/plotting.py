@@ -8,6 +8,7 @@ and the secondary analyses draw through this module.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,20 +75,38 @@ def load_tables(tables_dir: Path, names: tuple[str, ...] | None = None) -> Table
     return {p.stem: pd.read_parquet(p) for p in paths if p.exists()}
 
 
-def save_figure(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
-    """Save `fig` as `<stem>.png` and `<stem>.svg` atomically (creating out_dir), with deterministic metadata."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+FORMATS = ("png", "svg")
+
+
+def render_figure(fig: Figure) -> dict[str, bytes]:
+    """`fig` as PNG and SVG bytes with deterministic metadata (the constrained layout runs once, for both)."""
     FigureCanvasAgg(fig)
-    paths = []
+    out = {}
     with matplotlib.rc_context(RC):
         fig.draw_without_rendering()  # run the constrained layout once, then freeze it for both formats
         fig.set_layout_engine("none")
-        for ext in ("png", "svg"):
-            path = out_dir / f"{stem}.{ext}"
-            with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=ext, metadata=METADATA[ext])
-            paths.append(path)
+        for ext in FORMATS:
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, metadata=METADATA[ext])
+            out[ext] = buf.getvalue()
+    return out
+
+
+def write_rendered(rendered: dict[str, bytes], out_dir: Path, stem: str) -> list[Path]:
+    """Write `render_figure`'s bytes as `<stem>.<ext>` atomically (creating out_dir)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext, data in rendered.items():
+        path = out_dir / f"{stem}.{ext}"
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+        paths.append(path)
     return paths
+
+
+def save_figure(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
+    """Save `fig` as `<stem>.png` and `<stem>.svg` atomically (creating out_dir), with deterministic metadata."""
+    return write_rendered(render_figure(fig), out_dir, stem)
 
 
 # ---------------------------------------------------------------- helpers

@@ -20,7 +20,7 @@ STEMS = {spec.stem for spec in FIGURES}
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):
     root = write_fake_run(tmp_path_factory.mktemp("run"), small_protocol(), cohort_kind="ptbxl")
-    first = make_figures(root)
+    first = make_figures(root, parallel=False)
     return root, {p: p.read_bytes() for p in first}
 
 
@@ -39,9 +39,9 @@ def test_every_figure_as_png_and_svg(drawn):
             assert text.lstrip().startswith("<?xml") and "<svg" in text and "dc:date" not in text
 
 
-def test_rerun_is_byte_identical(drawn):
+def test_rerun_is_byte_identical_and_ray_tasks_draw_the_same_bytes(drawn, ray_cluster):
     root, files = drawn
-    again = make_figures(root)
+    again = make_figures(root, parallel=True)  # drawn by Ray tasks and this process together
     assert sorted(again) == sorted(files)
     changed = [p.name for p in again if p.read_bytes() != files[p]]
     assert changed == []

@@ -32,6 +32,7 @@ from matplotlib.figure import Figure
 from raybench.analysis.features.dashboards import Choice, ConceptView, ModelView, model_view
 from raybench.analysis.features.ecg_paper import PaperCanvas, draw_ecg, paper_size_mm, quantized_png
 from raybench.analysis.plotting import METADATA, RC, model_label
+from raybench.analysis.shared_jobs import run_jobs
 from raybench.atomic import atomic_dir
 from raybench.config import FeaturesConfig, Protocol
 from raybench.errors import RaybenchError
@@ -299,14 +300,9 @@ def _old_stamps(out_dir: Path) -> dict[str, str]:
     return old.get("stamps", {}) if old.get("format_version") == FORMAT_VERSION else {}
 
 
-_REMOTE: dict[Callable, Any] = {}  # the drawing functions as Ray remote functions, made once
-
-
 class _Drawer:
-    """Writes images into the new folder: copied from the old one when the stamp matches, else drawn in chunks.
-
-    With Ray, all but one CPU of the cluster draw chunks as tasks while this process draws the others itself:
-    Ray's workers run niced, so on a shared machine this process's own share keeps the drawing going."""
+    """Writes images into the new folder: copied from the old one when the stamp matches, else drawn in chunks
+    (with Ray, shared between tasks and this process: raybench.analysis.shared_jobs)."""
 
     def __init__(self, tmp: Path, old_dir: Path, old: dict[str, str], stamps: dict[str, str],
                  parallel: bool | None):
@@ -346,30 +342,8 @@ class _Drawer:
         for fn in list(self.queues):
             self.flush(fn)
         chunks, self.chunks = self.chunks, []
-        if not self.remote:
-            for rels, fn, args in chunks:
-                self._write(rels, fn(*args))
-            return
-        import ray
-
-        slots = max(1, int(ray.cluster_resources().get("CPU", 1)) - 1)
-        pending: dict[Any, tuple[list[str], Callable, tuple]] = {}
-        while chunks or pending:
-            while chunks and len(pending) < slots:  # tasks take chunks from the front, this process from the back
-                chunk = chunks.pop(0)
-                if chunk[1] not in _REMOTE:
-                    _REMOTE[chunk[1]] = ray.remote(num_cpus=1)(chunk[1])
-                pending[_REMOTE[chunk[1]].remote(*chunk[2])] = chunk
-            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-            for ref in done:
-                self._write(pending.pop(ref)[0], ray.get(ref))
-            if chunks:
-                rels, fn, args = chunks.pop()
-            elif pending:  # nothing left to hand out: draw a task's chunk here rather than wait on a niced worker
-                rels, fn, args = pending.pop(next(iter(pending)))  # (its task's result, the same bytes, is dropped)
-            else:
-                break
-            self._write(rels, fn(*args))
+        for i, pngs in run_jobs([(fn, args) for _, fn, args in chunks], self.remote):
+            self._write(chunks[i][0], pngs)
 
 
 def _model_entry(tmp: Path, view: ModelView, load: Loader, records: dict[str, str], drawer: _Drawer
