@@ -63,7 +63,7 @@ def _config(run_dir) -> RunConfig:
                 inference=replace(p.inference, patient_draws=500, crossed_draws=200, chunk_draws=250))
     return RunConfig(run_dir=str(run_dir), protocol=p,
                      cohort=CohortConfig(kind="synth", records=240, patients=240, seed=11),
-                     encoders=EncoderConfig(size="demo", batch_size=48),
+                     encoders=EncoderConfig(size="demo", batch_size=48, num_gpus=0.0),  # CPU: one pipeline
                      resources=ResourceConfig(trial_unit="model")).validate()
 
 
@@ -73,20 +73,19 @@ def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
     from raybench.config import audited_layers
-    from raybench.encoders.base import EncoderSpec, build_encoder
-    from raybench.encoders.extract import extract_activations
+    from raybench.encoders.base import EncoderSpec
+    from raybench.encoders.extract import extract_activations, extract_models
     from raybench.sae.grid import run_grid
 
     cfg = _config(tmp_path / "run")
     layout = RunLayout.at(cfg.run_dir)
     generate_synth_cohort(layout.cohort_dir, cfg.cohort.records, cfg.cohort.patients, cfg.cohort.seed)
     build_synth_manifest(layout.cohort_dir, layout.manifest_dir)
-    for model in cfg.protocol.grid.models:
-        spec = EncoderSpec(name=model, size="demo")
-        builder = build_oracle if model == ORACLE else None
-        n_layers = (builder or build_encoder)(spec).n_layers
-        extract_activations(layout.manifest, layout.root, spec, cfg.encoders, builder=builder, progress=False,
-                            layers=audited_layers(cfg.protocol, n_layers))
+    oracle = EncoderSpec(name=ORACLE, size="demo")
+    extract_activations(layout.manifest, layout.root, oracle, cfg.encoders, builder=build_oracle, progress=False,
+                        layers=audited_layers(cfg.protocol, build_oracle(oracle).n_layers))
+    extract_models(layout.manifest, layout.root, [EncoderSpec(name=m, size="demo") for m in DEMO_MODELS],
+                   cfg.encoders, progress=False, depths=cfg.protocol.grid.depths)  # one pipeline for both
 
     cells = run_grid(cfg)
     assert len(cells) == 24 and (cells["status"] == "ok").all(), cells["status"].tolist()
