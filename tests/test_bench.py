@@ -39,3 +39,35 @@ def test_encode_bench_prints_both_paths_and_the_marginal_rate(tmp_path):
                   "--batch-size", "4", "--workdir", str(tmp_path)], timeout=600)
     assert out.count("ray/plain") == 3 and "marginal 8->12 records" in out, out
     assert "B/record/layer" in out
+
+
+FAKE_GRID = """
+import sys, time
+from pathlib import Path
+run = Path(sys.argv[sys.argv.index("--run-dir") + 1])
+for i, stage in enumerate(("cohort", "train"), 1):
+    if run.exists():
+        print(f"[{i}/2] {stage:<9} complete, skipped")
+    else:
+        print(f"[{i}/2] {stage:<9} running ...")
+        print(f"[{i}/2] {stage:<9} done in {0.5 * i:6.1f} s  (fake)")
+run.mkdir(parents=True, exist_ok=True)
+"""
+
+
+def test_wall_targets_time_the_demo_its_rerun_and_the_suite(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import wall_targets
+
+    assert wall_targets.suite_command() == ["python3", "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup"]
+    assert " ".join(wall_targets.suite_command()) in (ROOT / "README.md").read_text(), "README and .ci/run agree"
+    script = tmp_path / "fake_grid.py"
+    script.write_text(FAKE_GRID)
+    out = _bench(["bench/wall_targets.py", "--workdir", str(tmp_path), "--grid", f"{sys.executable} {script}",
+                  "--suite", f"{sys.executable} -c \"print('== 3 passed in 0.1s ==')\""], timeout=120)
+    lines = out.splitlines()
+    assert lines[0].startswith("demo end to end (fresh folder): ") and lines[0].endswith("(target <= 240 s): met")
+    assert lines[1].startswith("  stages: cohort 0.5, train 1.0; outside the stages "), out
+    assert lines[2].startswith("demo rerun, nothing to do: ") and "(2 stages skipped)" in lines[2], out
+    assert lines[3].startswith("test suite (") and lines[3].endswith("(target <= 600 s): met; 3 passed in 0.1s")
+    assert wall_targets.verdict(612.3, 600) == "612.3 s (target <= 600 s): MISSED"
