@@ -387,7 +387,7 @@ def ptbxl_manifest(ptbxl_sample, tmp_path_factory):
                           ptbxl_sample)
 
 
-FULL_SIZE_PER_SPLIT = 4  # a full-size forward costs ~0.2-0.45 s per record here; every record takes the same path
+FULL_SIZE_PER_SPLIT = 2  # a full-size forward costs ~0.2-0.45 s per record here; every record takes the same path
 
 
 @pytest.fixture(scope="module")
