@@ -193,8 +193,10 @@ RAY_FREE = ("cohort",)
 
 
 def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allow_incomplete: bool = False,
-                 reporter: progress.Reporter | None = None, drop_model: bool = False) -> dict[str, float]:
-    """Run every stage. A remote run_dir (s3://...) is worked on in a node-local mirror, synced per stage.
+                 reporter: progress.Reporter | None = None, drop_model: bool = False,
+                 until: str | None = None) -> dict[str, float]:
+    """Run every stage (up to and including `until`, a stage name, when given). A remote run_dir (s3://...) is
+    worked on in a node-local mirror, synced per stage.
 
     Progress goes to `reporter` (default: a live display in a terminal, else plain periodic lines; with `echo`,
     plain lines through it). Ray starts only before the first stage with work, so a complete run never starts it.
@@ -205,6 +207,11 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allo
     cfg.validate()
     stages = [analyze_stage(allow_incomplete=True) if allow_incomplete and s.name == "analyze" else s
               for s in STAGES]
+    if until is not None:
+        names = [s.name for s in stages]
+        if until not in names:
+            raise PipelineError(f"unknown stage {until!r} for until: choose one of {', '.join(names)}")
+        stages = stages[:names.index(until) + 1]
     for stage in stages:  # every stage's external inputs, before Ray starts or anything is written
         stage.check(cfg)
     check_writable(cfg.run_dir)
@@ -248,8 +255,10 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allo
 @click.option("--drop-model", is_flag=True,
               help="Accept a config that removes models from an existing run folder's grid.models (refused by "
                    "default); added models need no flag: only they are encoded and trained.")
+@click.option("--until", type=click.Choice([s.name for s in STAGES]), default=None,
+              help="Stop after this stage (e.g. train on a cluster, analyze later); `raybench grid` again goes on.")
 def grid(config_path: str | None, run_dir: str | None, address: str | None, num_cpus: int | None,
-         allow_incomplete: bool, drop_model: bool) -> None:
+         allow_incomplete: bool, drop_model: bool, until: str | None) -> None:
     """Run the whole audit: cohort -> manifest -> encode -> train -> analyze -> report."""
     cfg = load_run_config(config_path)
     if run_dir:
@@ -257,7 +266,10 @@ def grid(config_path: str | None, run_dir: str | None, address: str | None, num_
     if address or num_cpus:
         cfg = replace(cfg, resources=replace(cfg.resources, address=address or cfg.resources.address,
                                              num_cpus=num_cpus or cfg.resources.num_cpus))
-    timings = run_pipeline(cfg, allow_incomplete=allow_incomplete, drop_model=drop_model)
+    timings = run_pipeline(cfg, allow_incomplete=allow_incomplete, drop_model=drop_model, until=until)
+    if until is not None and until != STAGES[-1].name:
+        click.echo(f"total {timings['total']:.1f} s; stopped after {until} (`raybench grid` again goes on)")
+        return
     from raybench.storage import is_remote
 
     report = f"{cfg.run_dir.rstrip('/')}/report.html" if is_remote(cfg.run_dir) else \

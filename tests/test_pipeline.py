@@ -229,6 +229,45 @@ def test_a_complete_run_does_not_start_ray(tmp_path, monkeypatch):
     assert ran == ["cohort", "train"] and started == ["init_ray"], "cohort needs no Ray; train starts it"
 
 
+def test_until_stops_after_the_named_stage_and_a_rerun_goes_on(tmp_path, monkeypatch):
+    import raybench.pipeline as pl
+    import raybench.ray_session
+    from raybench.stage import Stage
+
+    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    ran: list[str] = []
+
+    def stage(name: str) -> Stage:
+        return Stage(name, (), lambda cfg: name in ran, lambda cfg, remote: ran.append(name) or "ok")
+
+    monkeypatch.setattr(pl, "STAGES", [stage(n) for n in ("cohort", "manifest", "train", "analyze")])
+    cfg = small_config(tmp_path / "run")
+    lines: list[str] = []
+    timings = run_pipeline(cfg, echo=lines.append, until="manifest")
+    assert ran == ["cohort", "manifest"] and set(timings) == {"cohort", "manifest", "total"}
+    assert any(ln.startswith("[2/2] manifest  done in") for ln in lines), lines
+    run_pipeline(cfg, echo=lines.append)
+    assert ran == ["cohort", "manifest", "train", "analyze"], "the rest, nothing twice"
+    with pytest.raises(pl.PipelineError, match="unknown stage 'report' for until: choose one of cohort, manifest"):
+        run_pipeline(cfg, until="report")
+
+
+def test_grid_until_prints_where_it_stopped(tmp_path):
+    cfg = small_config(tmp_path / "run", models=("csfm",))
+    cfg = replace(cfg, cohort=replace(cfg.cohort, records=12, patients=6))
+    path = tmp_path / "cfg.yaml"
+    path.write_text(dump_run_config(cfg))
+    res = CliRunner().invoke(main, ["grid", "--config", str(path), "--until", "cohort"])
+    assert res.exit_code == 0, res.output
+    assert "[1/1] cohort    done in" in res.output
+    assert "stopped after cohort (`raybench grid` again goes on)" in res.output
+    layout = RunLayout.at(cfg.run_dir)
+    assert (layout.cohort_dir / "ptbxl_database.csv").exists() and not layout.manifest.exists()
+    bad = CliRunner().invoke(main, ["grid", "--config", str(path), "--until", "report"])
+    assert bad.exit_code != 0
+    assert "'report' is not one of 'cohort', 'manifest', 'encode', 'train', 'analyze'" in bad.output
+
+
 # ---------------------------------------------------------------- encode completeness
 
 def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_path, ray_cluster):
