@@ -1,8 +1,9 @@
 """Independent CPU jobs (drawing figures, dashboard images) shared between Ray tasks and this process.
 
 With Ray up, all but one CPU of the cluster run jobs as tasks, taken from the front of the list, while this
-process runs jobs itself from the back: on two cores the analyze stage's drawing takes about half the time, and
-since Ray's workers run niced, this process's own share keeps the work going on a shared machine. A job's
+process runs jobs itself from the back: on two cores the demo's base figures took 6.0-6.9 s instead of 8.1-10.7 s
+(not half: two concurrent matplotlib renders each ran ~1.5x slower there), and since Ray's workers run niced, this
+process's own share keeps the work going on a shared machine. A job's
 result comes back to this process, which writes the files (so tasks need no access to the run folder).
 """
 
