@@ -153,6 +153,9 @@ def peak_time(geo: dict[str, np.ndarray], wave: str) -> np.ndarray:
     return geo["start"][:, k] + 0.5 * geo["dur"][:, k]
 
 
+DRAWN_CHUNK = 2048  # leads per block in drawn_qrs_amplitudes (16 MiB of float64 per term)
+
+
 def drawn_qrs_amplitudes(q: np.ndarray, r: np.ndarray, s: np.ndarray, st: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Drawn Q and S amplitudes (<= 0) from the planted Q, R, S and ST amplitudes (any matching shapes).
 
@@ -167,9 +170,14 @@ def drawn_qrs_amplitudes(q: np.ndarray, r: np.ndarray, s: np.ndarray, st: np.nda
         "S": _hann((u - S_SPAN[0]) / S_SPAN[1]),
         "ST": 0.5 * (1.0 - np.cos(np.pi * np.clip((u - ST_RISE_FROM) / (1.0 - ST_RISE_FROM), 0.0, 1.0))),
     }
-    drawn = sum(np.asarray(amp, dtype=float)[..., None] * shapes[w]
-                for w, amp in (("Q", q), ("R", r), ("S", s), ("ST", st)))
+    amps = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (q, r, s, st)))
+    shape = amps[0].shape
+    flat = [a.reshape(-1) for a in amps]
     before = u <= R_SPAN[0] + R_SPAN[1] / 2
-    q_drawn = np.minimum(drawn[..., before].min(-1), 0.0)
-    s_drawn = np.minimum(drawn[..., ~before].min(-1), 0.0)
-    return q_drawn, s_drawn
+    q_drawn, s_drawn = np.empty(flat[0].size), np.empty(flat[0].size)
+    for lo in range(0, flat[0].size, DRAWN_CHUNK):  # [chunk, 1001] at a time: a cohort's [n, 12, 1001] is GBs
+        part = slice(lo, lo + DRAWN_CHUNK)
+        drawn = sum(a[part, None] * shapes[w] for w, a in zip(("Q", "R", "S", "ST"), flat, strict=True))
+        q_drawn[part] = np.minimum(drawn[:, before].min(-1), 0.0)
+        s_drawn[part] = np.minimum(drawn[:, ~before].min(-1), 0.0)
+    return q_drawn.reshape(shape)[()], s_drawn.reshape(shape)[()]  # [()]: a scalar for scalar amplitudes

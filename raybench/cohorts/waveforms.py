@@ -59,7 +59,11 @@ def canonical_lead(name: str) -> str | None:
 
 def resolve_record_path(root: str | Path, rel_path: str) -> Path:
     """Join a manifest path onto the data root, refusing paths that escape it."""
-    root = Path(root).resolve()
+    return _resolve_under(Path(root).resolve(), rel_path)
+
+
+def _resolve_under(root: Path, rel_path: str) -> Path:
+    """resolve_record_path for a root already resolved (resolving costs an lstat per path component)."""
     full = (root / rel_path).resolve()
     if root != full and root not in full.parents:
         raise RecordError(rel_path, "path_escapes_root",
@@ -76,7 +80,8 @@ def check_header_files(root: str | Path, rel_path: str, _segment: bool = False) 
     followed) the way `resolve_record_path` resolves the record itself. Header text that cannot be read
     is left to the reader, which reports it as `unreadable`.
     """
-    base = resolve_record_path(root, rel_path)
+    root = Path(root).resolve()
+    base = _resolve_under(root, rel_path)
     folder = Path(rel_path).parent
     # the format-16 reader opens base.hea with the suffix replaced, wfdb appends ".hea": check both
     for hea in dict.fromkeys((base.with_suffix(".hea"), base.parent / (base.name + ".hea"))):
@@ -91,8 +96,7 @@ def check_header_files(root: str | Path, rel_path: str, _segment: bool = False) 
         if not lines:
             continue
         multi_segment = "/" in lines[0][0]
-        for fields in lines[1:]:
-            name = fields[0]
+        for name in dict.fromkeys(fields[0] for fields in lines[1:]):  # 12 signals usually name one file
             if multi_segment:
                 if name.rstrip("~") == "":  # "~": a null segment, no file
                     continue
@@ -107,12 +111,13 @@ def check_header_files(root: str | Path, rel_path: str, _segment: bool = False) 
                 _inside(root, rel_path, str(folder / name), name)
 
 
-def _inside(root: str | Path, rel_path: str, target: str, name: str) -> None:
+def _inside(root: Path, rel_path: str, target: str, name: str) -> None:
+    """`target` (relative to the resolved `root`) lies inside it, else RecordError naming the header's `name`."""
     try:
-        resolve_record_path(root, target)
+        _resolve_under(root, target)
     except RecordError:
         raise RecordError(rel_path, "path_escapes_root",
-                          f"its header names the file {name!r}, which lies outside the data root {Path(root).resolve()}"
+                          f"its header names the file {name!r}, which lies outside the data root {root}"
                           "; the header is corrupt or crafted: re-download the record") from None
 
 

@@ -35,9 +35,11 @@ def _autograd(case):
     return aux.detach(), we.grad, be.grad, wd.grad, (wd.grad * w_dec).sum(dim=1)
 
 
+@pytest.mark.parametrize("select_ratio", [64, 0])  # row top-k by argpartition / by torch.topk
 @pytest.mark.parametrize("ratio, layout", [(16, "all dead"), (2, "touched"), (1, "entries")])
-def test_aux_grads_layouts_equal_autograd(ratio, layout, monkeypatch):
+def test_aux_grads_layouts_equal_autograd(ratio, layout, select_ratio, monkeypatch):
     monkeypatch.setattr(sparse_grads, "AUX_BLOCK_MAX_RATIO", ratio)
+    monkeypatch.setattr(sparse_grads, "ROW_SELECT_MAX_RATIO", select_ratio)
     case = _case()
     b, n, d, aux_k, coef, w_enc, b_enc, w_dec, xc, e, dead = case
     p = torch.relu(xc @ w_enc.T + b_enc)
@@ -55,6 +57,17 @@ def test_aux_grads_layouts_equal_autograd(ratio, layout, monkeypatch):
     for got, ref in ((gwd, g_wd), (gwe, g_we), (gbe, g_be), (cdot, ref_cdot)):
         torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-15)
     assert set(torch.nonzero(g_wd.abs().sum(dim=1)).squeeze(1).tolist()) <= set(out.touched.tolist())
+
+
+@pytest.mark.parametrize("n, k", [(553, 64), (1000, 16), (24000, 96), (50, 50), (7, 9)])
+def test_row_topk_keeps_what_torch_topk_keeps(n, k):
+    x = torch.randn(16, n, generator=torch.Generator().manual_seed(n)).relu_() + torch.rand(16, n) * 1e-3  # no ties
+    kk = min(k, n)
+    vals, pos = sparse_grads.row_topk(x, kk)
+    ref = x.topk(kk, dim=1).indices
+    assert pos.shape == (16, kk) and pos.dtype == torch.int64
+    assert torch.equal(pos.sort(dim=1).values, ref.sort(dim=1).values)
+    assert torch.equal(vals, x.gather(1, pos))
 
 
 def test_bag_sum_equals_weighted_row_sums():

@@ -63,6 +63,7 @@ from raybench.encoders.models.vit import (
     resample_rate,
     stack_means,
 )
+from raybench.encoders.preprocess import butter_sos
 
 FS = 250
 SAMPLES = 2500
@@ -229,7 +230,7 @@ def nk_clean(x: np.ndarray, fs: int, powerline: float = 50.0) -> np.ndarray:
     all 12 leads are filtered in one call; tests check it equals `nk.ecg_clean` lead by lead. float64."""
     from scipy import signal as sps
 
-    sos = sps.butter(5, 0.5, btype="highpass", output="sos", fs=fs)
+    sos = butter_sos(5, 0.5, "highpass", fs)
     clean = sps.sosfiltfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
     taps = np.ones(int(fs / powerline) if fs >= 100 else 2)
     return sps.filtfilt(taps, [len(taps)], clean, axis=-1, method="pad")

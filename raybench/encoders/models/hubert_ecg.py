@@ -62,7 +62,7 @@ from raybench.encoders.base import (
 )
 from raybench.encoders.models.wav2vec2_io import check_batch
 from raybench.encoders.models.wav2vec2_state import require_tensors, to_parametrized_weight_norm
-from raybench.encoders.preprocess import crop_or_pad_start, fir_bandpass, note, note_resample, zscore_leads
+from raybench.encoders.preprocess import crop_or_pad_start, decimate, fir_bandpass, note, note_resample, zscore_leads
 
 FS = 500
 DECIMATE = 5  # 500 Hz -> 100 Hz
@@ -146,7 +146,7 @@ def native_preprocess(signal: np.ndarray, fs: float) -> np.ndarray:
     lo, hi = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
     x = 2 * (x - lo) / (hi - lo + SCALING_SMOOTH) - 1
     flat = np.ascontiguousarray(crop_or_pad_start(x, NATIVE_SECONDS_SAMPLES)).reshape(-1)
-    return sps.decimate(flat, DECIMATE).astype(np.float32)
+    return decimate(flat, DECIMATE).astype(np.float32)
 
 
 def published_preprocess(signal: np.ndarray) -> np.ndarray:

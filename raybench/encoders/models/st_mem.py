@@ -63,6 +63,7 @@ from raybench.encoders.models.vit import (
     resample_rate,
     stack_means,
 )
+from raybench.encoders.preprocess import butter_sos
 
 FS = 250
 SAMPLES = 2250
@@ -226,8 +227,8 @@ class STMEMEncoder(ECGEncoder):
 def _highpass_lowpass(x: np.ndarray, fs: float) -> np.ndarray:
     """Upstream ST-MEM filtering: two separate order-5 zero-phase Butterworth passes (high, then low).
     Not `preprocess.bandpass` (one order-4 band-pass), whose response differs."""
-    hp = sps.butter(FILTER_ORDER, HIGHPASS_HZ, btype="highpass", fs=fs, output="sos")
-    lp = sps.butter(FILTER_ORDER, LOWPASS_HZ, btype="lowpass", fs=fs, output="sos")
+    hp = butter_sos(FILTER_ORDER, HIGHPASS_HZ, "highpass", fs)
+    lp = butter_sos(FILTER_ORDER, LOWPASS_HZ, "lowpass", fs)
     return sps.sosfiltfilt(lp, sps.sosfiltfilt(hp, x, axis=-1), axis=-1)
 
 
