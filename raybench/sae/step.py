@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import torch
 
+from raybench.sae.adam import StackAdam
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk
 from raybench.sae.sparse_grads import aux_grads, bag_sum, entry_grads, project_rows
 
@@ -67,6 +68,9 @@ def clip_coef(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
     return torch.clamp(max_norm / (norm + 1e-6), max=1.0)
 
 
+# unthreaded stacks run their sparse step as one block-diagonal SAE (Stepper._whole_stack); False: SAE by SAE (the
+# same numbers; tests compare the two)
+WHOLE_STACK = True
 # codes at least this dense (B*N <= ratio * B*k, e.g. E = 1 with k = d/8) take their CSR/CSC order from a [B, N]
 # mask (a scatter and two nonzero passes) instead of sorting the B*k entries twice
 MASK_LAYOUT_MAX_RATIO = 16
@@ -111,9 +115,8 @@ class Stepper:
         dev = sae.W_enc.device
         self.params = [sae.W_enc, sae.b_enc, sae.W_dec_t, sae.b_dec]
         # Adam is elementwise, so one optimizer over the stacked tensors equals S separate ones
-        # (all stacked SAEs share lr and betas: checked in train_stack).
-        fused = dev.type in ("cpu", "cuda")
-        self.opt = torch.optim.Adam(self.params, lr=c.lr, betas=(c.beta1, c.beta2), fused=fused)
+        # (all stacked SAEs share lr and betas: checked in train_stack); torch's fused kernel, called directly
+        self.opt = StackAdam(self.params, lr=c.lr, betas=(c.beta1, c.beta2))
         self.dead_counter = torch.zeros(sae.n_saes, sae.n_latents, dtype=torch.long, device=dev)
         self.aux_k = [cf.aux_k for cf in cfgs]
         self.aux_coef = [cf.aux_coef for cf in cfgs]
@@ -147,7 +150,7 @@ class Stepper:
     def _dense(self, xb: torch.Tensor, renormalize: bool = False) -> StepLoss:
         sae = self.sae
         s_n, b, _ = xb.shape
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad()
         p = sae.pre_activations(xb)
         flat = p.reshape(s_n, -1)
         vals, idx = flat.topk(min(b * sae.k, flat.shape[1]), dim=1, sorted=False)
@@ -216,12 +219,65 @@ class Stepper:
             for f in [pool.submit(self._one_sae, i, xb, xc, p, layout, mse_out, aux_out, renormalize)
                       for i in range(s_n)]:
                 f.result()
+        elif WHOLE_STACK:
+            self._whole_stack(xb, xc, p, layout, mse_out, aux_out, renormalize)
         else:
             for i in range(s_n):
                 self._one_sae(i, xb, xc, p, layout, mse_out, aux_out, renormalize)
         if renormalize:
             sae.normalize_decoder_()
         return StepLoss(mse_out, aux_out)
+
+    def _whole_stack(self, xb: torch.Tensor, xc: torch.Tensor, p: torch.Tensor, layout: tuple,
+                     mse_out: torch.Tensor, aux_out: torch.Tensor, renormalize: bool) -> None:
+        """`_one_sae` for every SAE of the stack at once, bit for bit. The stack is taken as one SAE of S*N latents
+        over S*B rows whose code is block-diagonal (row s*B + b has entries only in latents s*N .. s*N + N-1), so
+        the entry kernels run once per step instead of once per SAE: a demo-sized step is mostly per-call
+        overhead. They work per entry, per bag or per row, so no SAE's numbers change; reductions and AuxK (its
+        own dead latents per SAE) stay per SAE."""
+        sae = self.sae
+        s_n, b, d = xb.shape
+        n = sae.n_latents
+        rows, cols, vals, crow, corder = layout
+        m = rows.shape[1]
+        at = torch.arange(s_n, device=xb.device)[:, None]
+        rows_g, cols_g, vals_g = (rows + at * b).reshape(-1), (cols + at * n).reshape(-1), vals.reshape(-1)
+        crow_g = torch.cat([(crow[:, :-1] + at * m).reshape(-1), crow.new_full((1,), s_n * m)])
+        g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
+        w_dec = sae.W_dec_t.view(s_n * n, d)
+        x_hat = bag_sum(cols_g, w_dec, crow_g[:-1], vals_g).view(s_n, b, d) + sae.b_dec.unsqueeze(1)
+        e = x_hat - xb
+        for i in range(s_n):
+            mse_out[i] = e[i].square().mean()
+        g = e * (2.0 / (b * d))
+        fired = torch.zeros(s_n * n, dtype=torch.bool, device=xb.device)
+        fired[cols_g[vals_g > 0]] = True
+        self.dead_counter.view(-1).add_(1).masked_fill_(fired, 0)
+        dead = self.dead_counter >= torch.tensor(self.dead_after, device=xb.device)[:, None]
+        cdot = xb.new_zeros(s_n * n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
+        g_we.zero_()
+        g_wd.zero_()
+        touched = [entry_grads(crow_g, rows_g, cols_g, vals_g, g.view(-1, d), w_dec, xc.view(-1, d),
+                               g_wd.view(-1, d), g_we.view(-1, d), g_be.view(-1), cdot, (corder + at * m).reshape(-1))]
+        for i in dead.any(dim=1).nonzero().flatten().tolist():
+            ux, aux_out[i] = aux_grads(p[i], dead[i], self.aux_k[i], self.aux_coef[i], e[i], sae.W_dec_t[i], xc[i],
+                                       g_wd[i], g_we[i], g_be[i], cdot.view(s_n, n)[i])
+            touched.append(ux + i * n)
+        norms = []
+        for i in range(s_n):  # see _one_sae
+            g_bd[i] = g[i].sum(dim=0) - torch.mv(sae.W_enc[i].t(), g_be[i])
+            if self.grad_clip is not None:
+                norms.append(total_norm([t.reshape(1, -1) for t in (g_we[i], g_be[i], g_wd[i], g_bd[i])]))
+                self.last_grad_norm[i] = norms[i][0]
+        if renormalize:
+            cdot.div_(w_dec.norm(dim=1).clamp_min(1e-8).square())
+        project_rows(g_wd.view(-1, d), w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1
+                     else touched[0])
+        for i, norm in enumerate(norms):
+            coef = clip_coef(norm, self.grad_clip)
+            if bool(coef[0] < 1.0):
+                for t in (g_we[i], g_be[i], g_wd[i], g_bd[i]):
+                    t.mul_(coef[0])
 
     @torch.no_grad()  # grad mode is per thread: the pool's threads need it too
     def _one_sae(self, i: int, xb: torch.Tensor, xc: torch.Tensor, p: torch.Tensor, layout: tuple,

@@ -177,6 +177,29 @@ def test_threaded_stack_equals_the_serial_one(monkeypatch):
         assert torch.equal(getattr(threaded.sae, name), getattr(serial.sae, name)), name
 
 
+@pytest.mark.parametrize("grad_clip", [None, 0.05])
+@pytest.mark.parametrize("aux_block_ratio", [16, 0])  # AuxK as dense blocks / as entry kernels
+def test_whole_stack_step_equals_the_sae_by_sae_one(grad_clip, aux_block_ratio, monkeypatch):
+    """The stack's sparse step run as one block-diagonal SAE gives every SAE's numbers bit for bit: losses,
+    weights, dead counters and pre-clip gradient norms (AuxK active, first-step renormalisation, clipping)."""
+    monkeypatch.setattr(sparse_grads, "AUX_BLOCK_MAX_RATIO", aux_block_ratio)
+    x = _data()
+    cfgs = [_cfg(s, steps=15, dead_after_batches=2, grad_clip=grad_clip) for s in (51, 52, 53)]
+    monkeypatch.setattr(step, "WHOLE_STACK", False)
+    by_sae = train_stack(x, cfgs, implementation="sparse")
+    monkeypatch.setattr(step, "WHOLE_STACK", True)
+    whole = train_stack(x, cfgs, implementation="sparse")
+    assert by_sae.loss_aux[:, 5:].min() > 0  # AuxK was active
+    if grad_clip is not None:
+        assert (by_sae.grad_norm > grad_clip).any()  # clipping fired
+        np.testing.assert_array_equal(whole.grad_norm, by_sae.grad_norm)
+    np.testing.assert_array_equal(whole.loss_mse, by_sae.loss_mse)
+    np.testing.assert_array_equal(whole.loss_aux, by_sae.loss_aux)
+    np.testing.assert_array_equal(whole.dead_counter, by_sae.dead_counter)
+    for name in ("W_enc", "b_enc", "W_dec_t", "b_dec"):
+        assert torch.equal(getattr(whole.sae, name), getattr(by_sae.sae, name)), name
+
+
 def test_resume_from_checkpoint_is_exact():
     x = _data()
     cfgs = [_cfg(s, steps=20) for s in (31, 32)]
