@@ -1,4 +1,4 @@
-"""Adam for the SAE stack: torch's fused Adam kernel, called directly.
+"""Adam for the SAE stack: torch's fused Adam kernel, called directly (docs/architecture.md §5).
 
 `torch.optim.Adam(fused=True)` runs one fused kernel per step, but its Python wrapper (hooks, grouping by
 device, dynamo guards) costs ~0.3 ms a step, a tenth of a demo-sized step, and building the first one imports
