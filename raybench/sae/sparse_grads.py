@@ -55,8 +55,8 @@ ROW_SELECT_MAX_RATIO = 64
 
 def row_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, positions) of the k largest entries of each row of `x` [B, n], in no particular order: what
-    `x.topk(k, dim=1, sorted=False)` keeps (the same set unless values tie; tied zeros, the common tie after the
-    ReLU, add nothing to the AuxK term wherever they are picked)."""
+    `x.topk(k, dim=1, sorted=False)` keeps. Where the k-th largest value ties, either picks one of the tied
+    entries, not always the same one (both are top-k sets; see docs/architecture.md §5)."""
     n = x.shape[1]
     if x.device.type != "cpu" or k * ROW_SELECT_MAX_RATIO < n or k >= n:
         return x.topk(k, dim=1, sorted=False)
