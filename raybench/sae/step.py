@@ -121,6 +121,7 @@ class Stepper:
         self.aux_k = [cf.aux_k for cf in cfgs]
         self.aux_coef = [cf.aux_coef for cf in cfgs]
         self.dead_after = [cf.dead_after_batches for cf in cfgs]
+        self._dead_after_col = torch.tensor(self.dead_after, device=dev)[:, None]  # [S, 1], for the whole stack
         self.grad_clip = c.grad_clip  # shared by the stack (checked in train_stack)
         self.last_grad_norm: torch.Tensor | None = None  # [S] pre-clip total norm of the last step (clipping only)
         self._pre: torch.Tensor | None = None  # the sparse path's pre-activation buffer
@@ -253,7 +254,7 @@ class Stepper:
         fired = torch.zeros(s_n * n, dtype=torch.bool, device=xb.device)
         fired[cols_g[vals_g > 0]] = True
         self.dead_counter.view(-1).add_(1).masked_fill_(fired, 0)
-        dead = self.dead_counter >= torch.tensor(self.dead_after, device=xb.device)[:, None]
+        dead = self.dead_counter >= self._dead_after_col
         cdot = xb.new_zeros(s_n * n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
         g_we.zero_()
         g_wd.zero_()
