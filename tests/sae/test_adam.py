@@ -18,6 +18,15 @@ def _grads(step: int, params: list[torch.Tensor]) -> list[torch.Tensor]:
     return [torch.randn(p.shape, generator=g, dtype=p.dtype) for p in params]
 
 
+def _step_both(opt, torch_opt, ours, ref, steps) -> None:
+    """The same gradients into both optimizers, one step each, per step in `steps`."""
+    for step in steps:
+        for p, q, g in zip(ours, ref, _grads(step, ours), strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
+        opt.step()
+        torch_opt.step()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_steps_and_state_dict_equal_torch_fused_adam(dtype):
     ours, ref = _params(dtype), _params(dtype)
@@ -25,10 +34,7 @@ def test_steps_and_state_dict_equal_torch_fused_adam(dtype):
     torch_opt = torch.optim.Adam(ref, lr=4e-4, betas=(0.9, 0.999), fused=True)
     assert opt.state_dict() == torch_opt.state_dict()  # before the first step: no state, same group
     for step in range(5):
-        for p, q, g in zip(ours, ref, _grads(step, ours), strict=True):
-            p.grad, q.grad = g.clone(), g.clone()
-        opt.step()
-        torch_opt.step()
+        _step_both(opt, torch_opt, ours, ref, [step])
         for p, q in zip(ours, ref, strict=True):
             assert torch.equal(p, q)
     a, b = opt.state_dict(), torch_opt.state_dict()
@@ -55,11 +61,7 @@ def test_resumes_from_a_torch_state_dict_and_torch_from_ours():
     back = torch.optim.Adam(_params(torch.float32), lr=1.0, fused=True)
     back.load_state_dict(opt.state_dict())
     assert back.state_dict()["param_groups"] == torch_opt.state_dict()["param_groups"]
-    for step in range(3, 6):
-        for p, q, g in zip(ours, ref, _grads(step, ours), strict=True):
-            p.grad, q.grad = g.clone(), g.clone()
-        opt.step()
-        torch_opt.step()
+    _step_both(opt, torch_opt, ours, ref, range(3, 6))
     for p, q in zip(ours, ref, strict=True):
         assert torch.equal(p, q)
 
