@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import raybench.cohorts.record_checks as record_checks
 from raybench.cohorts import manifest as M
 from raybench.cohorts.ptbxl import build_ptbxl_manifest
-from raybench.cohorts.record_checks import check_record
+from raybench.cohorts.record_checks import check_record, validate_records
 from raybench.cohorts.synth import generate_synth_cohort
 from raybench.cohorts.waveforms import RecordError, read_record
 
@@ -134,6 +135,32 @@ def test_wfdb_agrees_with_the_fast_checks(root):
     with pytest.raises(RecordError) as err:
         read_record(root, "../x", 500, 5000)
     assert err.value.reason == "path_escapes_root"
+
+
+def test_records_are_checked_alike_in_this_thread_and_in_a_pool(root, monkeypatch):
+    """Cached files are checked in this thread; a slow first batch hands the rest to threads: same flags, same
+    quarantine rows in the same order either way."""
+    data = _samples(root, 3)
+    data[:, 2] = 7  # a flat lead
+    _write_samples(root, 3, data)
+    _base(root, 9).with_suffix(".dat").write_bytes(b"\0" * 10)  # truncated
+    items = [(int(e), p) for e, p in zip(_db(root)["ecg_id"], _db(root)["filename_hr"], strict=True)]
+    pools = []
+
+    class Pool(record_checks.ThreadPoolExecutor):
+        def __init__(self, max_workers):
+            pools.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    monkeypatch.setattr(record_checks, "ThreadPoolExecutor", Pool)
+    alone = validate_records(root, items, 500, 5000)
+    assert pools == []  # the probe was fast: no threads
+    monkeypatch.setattr(record_checks, "PROBE_RECORDS", 5)
+    monkeypatch.setattr(record_checks, "THREADS_ABOVE_S", 0.0)
+    probed = validate_records(root, items, 500, 5000)
+    assert len(pools) == 1 and pools[0] > 1
+    assert probed == alone == validate_records(root, items, 500, 5000, workers=3)
+    assert [row["reason"] for row in alone[1]] == ["flat_lead", "truncated"]
 
 
 def test_header_files_outside_the_data_root_are_refused_on_every_path(root, tmp_path):
