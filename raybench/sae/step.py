@@ -244,7 +244,7 @@ class Stepper:
         at = torch.arange(s_n, device=xb.device)[:, None]
         rows_g, cols_g, vals_g = (rows + at * b).reshape(-1), (cols + at * n).reshape(-1), vals.reshape(-1)
         crow_g = torch.cat([(crow[:, :-1] + at * m).reshape(-1), crow.new_full((1,), s_n * m)])
-        g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
+        g_we, g_be, g_wd = sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad
         w_dec = sae.W_dec_t.view(s_n * n, d)
         x_hat = bag_sum(cols_g, w_dec, crow_g[:-1], vals_g).view(s_n, b, d) + sae.b_dec.unsqueeze(1)
         e = x_hat - xb
@@ -264,21 +264,37 @@ class Stepper:
             ux, aux_out[i] = aux_grads(p[i], dead[i], self.aux_k[i], self.aux_coef[i], e[i], sae.W_dec_t[i], xc[i],
                                        g_wd[i], g_we[i], g_be[i], cdot.view(s_n, n)[i])
             touched.append(ux + i * n)
-        norms = []
-        for i in range(s_n):  # see _one_sae
-            g_bd[i] = g[i].sum(dim=0) - torch.mv(sae.W_enc[i].t(), g_be[i])
-            if self.grad_clip is not None:
-                norms.append(total_norm([t.reshape(1, -1) for t in (g_we[i], g_be[i], g_wd[i], g_bd[i])]))
-                self.last_grad_norm[i] = norms[i][0]
+        norms = [self._b_dec_grad(i, g[i]) for i in range(s_n)]
         if renormalize:
             cdot.div_(w_dec.norm(dim=1).clamp_min(1e-8).square())
-        project_rows(g_wd.view(-1, d), w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1
-                     else touched[0])
+        project_rows(g_wd.view(-1, d), w_dec, cdot, _union(touched))
         for i, norm in enumerate(norms):
-            coef = clip_coef(norm, self.grad_clip)
-            if bool(coef[0] < 1.0):
-                for t in (g_we[i], g_be[i], g_wd[i], g_bd[i]):
-                    t.mul_(coef[0])
+            self._clip(i, norm)
+
+    def _b_dec_grad(self, i: int, g: torch.Tensor) -> torch.Tensor | None:
+        """SAE i's b_dec gradient from its upstream gradient `g` [B, d] (its other gradients done, unprojected);
+        with clipping, records and returns the total norm of its unprojected gradient, as published."""
+        sae = self.sae
+        g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
+        # x enters only through xc = x - b_dec, so dL/db_dec = sum_b dL/dx_hat - sum_b dL/dxc, and
+        # sum_b dL/dxc = sum_j (dL/db_enc)_j w_enc_j: one GEMV instead of a [B, d] gradient per entry
+        g_bd[i] = g.sum(dim=0) - torch.mv(sae.W_enc[i].t(), g_be[i])
+        if self.grad_clip is None:
+            return None
+        norm = total_norm([t.reshape(1, -1) for t in (g_we[i], g_be[i], g_wd[i], g_bd[i])])
+        self.last_grad_norm[i] = norm[0]
+        return norm
+
+    def _clip(self, i: int, norm: torch.Tensor | None) -> None:
+        """Scale SAE i's gradients by the clipping factor of its pre-projection `norm` (None: no clipping); scaling
+        commutes with the (linear) projection, so it may come after it."""
+        if norm is None:
+            return
+        coef = clip_coef(norm, self.grad_clip)
+        if bool(coef[0] < 1.0):
+            sae = self.sae
+            for t in (sae.W_enc.grad[i], sae.b_enc.grad[i], sae.W_dec_t.grad[i], sae.b_dec.grad[i]):
+                t.mul_(coef[0])
 
     @torch.no_grad()  # grad mode is per thread: the pool's threads need it too
     def _one_sae(self, i: int, xb: torch.Tensor, xc: torch.Tensor, p: torch.Tensor, layout: tuple,
@@ -289,8 +305,8 @@ class Stepper:
         _, b, d = xb.shape
         n = sae.n_latents
         rows_all, cols_all, vals_all, crow_all, corder_all = layout
-        g_we, g_be, g_wd, g_bd = (sae.W_enc.grad, sae.b_enc.grad, sae.W_dec_t.grad, sae.b_dec.grad)
-        w_enc, w_dec, gwe, gwd = sae.W_enc[i], sae.W_dec_t[i], g_we[i], g_wd[i]
+        g_be = sae.b_enc.grad
+        w_dec, gwe, gwd = sae.W_dec_t[i], sae.W_enc.grad[i], sae.W_dec_t.grad[i]
         rows, cols, vals, crow = rows_all[i], cols_all[i], vals_all[i], crow_all[i]
         x_hat = bag_sum(cols, w_dec, crow[:-1], vals) + sae.b_dec[i]
         e = x_hat - xb[i]
@@ -305,17 +321,13 @@ class Stepper:
             ux, aux_out[i] = aux_grads(p[i], dead, self.aux_k[i], self.aux_coef[i], e, w_dec, xc[i], gwd, gwe,
                                        g_be[i], cdot)
             touched.append(ux)
-        # x enters only through xc = x - b_dec, so dL/db_dec = sum_b dL/dx_hat - sum_b dL/dxc, and
-        # sum_b dL/dxc = sum_j (dL/db_enc)_j w_enc_j: one GEMV instead of a [B, d] gradient per entry
-        g_bd[i] = g.sum(dim=0) - torch.mv(w_enc.t(), g_be[i])
-        if self.grad_clip is not None:  # the norm of the unprojected gradient, as published
-            norm = total_norm([t.reshape(1, -1) for t in (gwe, g_be[i], gwd, g_bd[i])])
-            self.last_grad_norm[i] = norm[0]
+        norm = self._b_dec_grad(i, g)
         if renormalize:  # project on w_j / |w_j|: <g, w_j> w_j / |w_j|^2
             cdot.div_(w_dec.norm(dim=1).clamp_min(1e-8).square())
-        project_rows(gwd, w_dec, cdot, torch.unique(torch.cat(touched)) if len(touched) > 1 else touched[0])
-        if self.grad_clip is not None:  # scaling commutes with the (linear) projection
-            coef = clip_coef(norm, self.grad_clip)
-            if bool(coef[0] < 1.0):
-                for t in (gwe, g_be[i], gwd, g_bd[i]):
-                    t.mul_(coef[0])
+        project_rows(gwd, w_dec, cdot, _union(touched))
+        self._clip(i, norm)
+
+
+def _union(touched: list[torch.Tensor]) -> torch.Tensor:
+    """The rows the entry kernels and AuxK added to (ascending, once each)."""
+    return torch.unique(torch.cat(touched)) if len(touched) > 1 else touched[0]
