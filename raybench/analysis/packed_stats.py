@@ -11,6 +11,7 @@ coverage) with the one Pearson-from-sums of raybench.sufficient_stats.
 from __future__ import annotations
 
 import hashlib
+import mmap
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,8 +194,8 @@ def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]]
             else:
                 if staging is None:
                     # written column-slice by column-slice, a fresh block page-faults row by row; filling it once
-                    # first costs one sequential pass (much less on a machine short of free huge pages)
-                    staging = np.empty((n_patients, sizes[-1] * width), dtype=dtype)
+                    # first costs one sequential pass
+                    staging = small_page_array((n_patients, sizes[-1] * width), dtype)
                     staging.fill(0.0)
                 current = staging if sizes[-1] * width == staging.shape[1] else staging[:, :sizes[-1] * width]
         current[:, j * width:(j + 1) * width] = cell_cols
@@ -208,6 +209,19 @@ def pack_patient_stats(items: Iterable[tuple[Path | str, dict[str, np.ndarray]]]
         raise StatsError(f"statistics for {i + 1} cells, expected {n_cells}")
     return PatientStats(tuple(cell_ids), int(n_patients), n_concepts, np.concatenate(y_parts, axis=1), blocks,
                         sizes, cell_group, point, point_r, threshold, active)
+
+
+def small_page_array(shape: tuple[int, int], dtype: type) -> np.ndarray:
+    """A zeroed array on ordinary 4 KiB pages (anonymous mmap memory, which numpy does not advise).
+
+    numpy advises every array of 4 MiB or more for transparent huge pages. Faulting those in can stall when the
+    kernel has no free huge page at hand: with a local Ray instance up, filling the 218 MB staging block of the
+    published-scale bootstrap took 3.1 s advised against 0.18 s here, and bench/bootstrap.py's pipelined run
+    went from 17.0 s to 12.8 s. The staging block is written once per block and copied into the object store,
+    so huge pages' smaller TLB cost never repays that."""
+    count = int(np.prod(shape))
+    buffer = mmap.mmap(-1, max(count * np.dtype(dtype).itemsize, 1))
+    return np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape)
 
 
 def _y_group(y_cols: np.ndarray, parts: list[np.ndarray], groups: dict[str, list[int]]) -> int:

@@ -188,3 +188,23 @@ def test_pipelined_pack_and_bootstrap_equal_the_two_in_turn(tmp_path, ray_cluste
     assert np.array_equal(stats.y_matrix, ref_stats.y_matrix) and stats.y_matrix.shape[1] == 2 * (1 + 2 * C)
     assert np.array_equal(stats.cell_group, ref_stats.cell_group) and np.array_equal(stats.active, ref_stats.active)
     assert len(reruns) == (1 if stream == "published" and subset_first else 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_blocks_staged_for_the_object_store_equal_the_in_memory_ones(tmp_path, ray_cluster, dtype):
+    """put=True packs every block into one reused small-page staging buffer (the last, shorter block into a slice
+    of it) before ray.put; the blocks must be those that put=False keeps in memory."""
+    import ray
+
+    from raybench.analysis.packed_stats import small_page_array
+
+    buf = small_page_array((3, 5), dtype)
+    assert buf.shape == (3, 5) and buf.dtype == dtype and buf.flags.writeable and not buf.any()
+    paths = _write(tmp_path, *_records(3))
+    ids = [f"c{i}" for i in range(len(paths))]
+    kept = load_packed_stats(paths, ids, C, THR, cells_per_block=2, dtype=dtype)
+    staged = load_packed_stats(paths, ids, C, THR, cells_per_block=2, put=True, dtype=dtype)
+    assert kept.block_sizes == staged.block_sizes == [2, 1]
+    for want, ref in zip(kept.cell_blocks, staged.cell_blocks, strict=True):
+        got = ray.get(ref)
+        assert got.dtype == dtype and np.array_equal(got, want)
