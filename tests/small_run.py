@@ -33,19 +33,19 @@ def build_encoded_run(cfg: RunConfig) -> RunConfig:
     """Cohort, manifest and activation stores for every model of cfg (reuses what exists)."""
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
-    from raybench.config import audited_layers
-    from raybench.encoders.base import EncoderSpec, build_encoder
-    from raybench.encoders.extract import extract_activations
+    from raybench.encoders.base import EncoderSpec
+    from raybench.encoders.extract import extract_models
 
     layout = RunLayout.at(cfg.run_dir)
     if not (layout.cohort_dir / "ptbxl_database.csv").exists():
         generate_synth_cohort(layout.cohort_dir, cfg.cohort.records, cfg.cohort.patients, cfg.cohort.seed)
     if not layout.manifest.exists():
         build_synth_manifest(layout.cohort_dir, layout.manifest_dir)
-    for model in cfg.protocol.grid.models:
-        spec = EncoderSpec(name=model, size="demo")
-        layers = audited_layers(cfg.protocol, build_encoder(spec).n_layers)
-        extract_activations(layout.manifest, layout.root, spec, cfg.encoders, layers=layers, progress=False)
+    grid = cfg.protocol.grid
+    # the audited depths (protocol.audited_layers' set), every model through one pipeline, as the encode stage does
+    depths = sorted({*grid.depths, *(() if grid.sensitivity_depth is None else (grid.sensitivity_depth,))})
+    extract_models(layout.manifest, layout.root, [EncoderSpec(name=m, size="demo") for m in grid.models],
+                   cfg.encoders, progress=False, depths=depths)
     return cfg
 
 

@@ -36,7 +36,7 @@ def _build_run(root: Path):
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
     from raybench.encoders.base import EncoderSpec
-    from raybench.encoders.extract import extract_activations
+    from raybench.encoders.extract import extract_models
     from raybench.encoders.store import ActivationStore
     from raybench.sae.cell_files import save_cell
     from raybench.sae.cells import build_cells, group_stacks
@@ -52,10 +52,8 @@ def _build_run(root: Path):
     layout = RunLayout.at(root)
     cohort = generate_synth_cohort(layout.cohort_dir, 150, 60, 11)
     build_synth_manifest(cohort, layout.manifest_dir, num_cpus=1)
-    for model in MODELS:
-        spec = EncoderSpec(name=model, size="demo")
-        extract_activations(layout.manifest, root, spec, cfg.encoders, depths=cfg.protocol.grid.depths, progress=False,
-                            cpu_threads=1)
+    extract_models(layout.manifest, root, [EncoderSpec(name=m, size="demo") for m in MODELS], cfg.encoders,
+                   depths=cfg.protocol.grid.depths, progress=False, cpu_threads=1)
     protocol = cfg.protocol
     cells = build_cells(protocol, ActivationStore.for_run(root).model_dims(MODELS))
     stamps = expected_provenance(root, cfg.config_hash(), cells)  # what the grid records in each cell
