@@ -71,8 +71,8 @@ def clip_coef(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
 # unthreaded stacks run their sparse step as one block-diagonal SAE (Stepper._whole_stack); False: SAE by SAE (the
 # same numbers; tests compare the two)
 WHOLE_STACK = True
-# codes at least this dense (B*N <= ratio * B*k, e.g. E = 1 with k = d/8) take their CSR/CSC order from a [B, N]
-# mask (a scatter and two nonzero passes) instead of sorting the B*k entries twice
+# codes at least this dense (B*N <= ratio * B*k, e.g. E = 1 with k = d/8) take their CSR order from a [B, N] mask (a
+# scatter and a nonzero pass) instead of sorting the B*k entries
 MASK_LAYOUT_MAX_RATIO = 16
 
 
@@ -96,10 +96,9 @@ def sparse_layout(p: torch.Tensor, flat: torch.Tensor, vals: torch.Tensor) -> tu
     cols = flat - rows * n
     crow = torch.zeros(s_n, b + 1, dtype=torch.long, device=p.device)
     torch.cumsum(mask.view(s_n, b, n).sum(dim=2), dim=1, out=crow[:, 1:])
-    rank = mask.cumsum(dim=1).sub_(1)  # CSR position of every kept entry
-    csc = mask.view(s_n, b, n).transpose(1, 2).nonzero()  # (sae, col, row), column-major
-    corder = rank.gather(1, (csc[:, 2] * n + csc[:, 1]).view(s_n, m))
-    return rows, cols, vals, crow, corder
+    # column-major with rows ascending = a stable sort of the CSR-ordered columns (2.5 vs 5.9 ms at E = 1, S = 3
+    # on 2 threads, against a rank cumsum over the whole mask and a nonzero pass over its transpose)
+    return rows, cols, vals, crow, torch.sort(cols, dim=1, stable=True).indices
 
 
 class Stepper:
