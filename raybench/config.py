@@ -33,6 +33,7 @@ from raybench.protocol import (
     ModelDims,
     Protocol,
     SAEProtocol,
+    audited_depths,
     audited_layers,
     check_choices,
     check_positive,
@@ -45,7 +46,7 @@ from raybench.protocol import (
 __all__ = [
     "MODELS", "RUN_PRESETS", "CohortConfig", "ConfigError", "EncoderConfig", "EvalProtocol",
     "GridProtocol", "InferenceProtocol", "MLflowConfig", "ModelDims", "Protocol", "ResourceConfig", "RunConfig",
-    "SAEProtocol", "TrackingConfig",
+    "SAEProtocol", "TrackingConfig", "audited_depths",
     "audited_layers", "demo_protocol", "demo_run", "dump_run_config", "from_dict", "k_for", "layer_for_depth",
     "load_run_config", "paper_native_protocol", "paper_native_run", "paper_protocol", "paper_run", "to_dict",
 ]

@@ -299,9 +299,12 @@ def layer_for_depth(q: float, n_layers: int) -> int:
     return int(math.floor(q * (n_layers - 1) + 0.5))
 
 
+def audited_depths(protocol: Protocol) -> list[float]:
+    """Relative depths the activation store must hold (primary depths + sensitivity depth), ascending."""
+    grid = protocol.grid
+    return sorted({*grid.depths, *(() if grid.sensitivity_depth is None else (grid.sensitivity_depth,))})
+
+
 def audited_layers(protocol: Protocol, n_layers: int) -> list[int]:
-    """Layers the activation store must hold for one encoder (primary depths + sensitivity depth)."""
-    qs = set(protocol.grid.depths)
-    if protocol.grid.sensitivity_depth is not None:
-        qs.add(protocol.grid.sensitivity_depth)
-    return sorted({layer_for_depth(q, n_layers) for q in qs})
+    """Layers the activation store must hold for one encoder (the audited depths' layers)."""
+    return sorted({layer_for_depth(q, n_layers) for q in audited_depths(protocol)})

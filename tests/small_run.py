@@ -33,6 +33,7 @@ def build_encoded_run(cfg: RunConfig) -> RunConfig:
     """Cohort, manifest and activation stores for every model of cfg (reuses what exists)."""
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.config import audited_depths
     from raybench.encoders.base import EncoderSpec
     from raybench.encoders.extract import extract_models
 
@@ -41,11 +42,9 @@ def build_encoded_run(cfg: RunConfig) -> RunConfig:
         generate_synth_cohort(layout.cohort_dir, cfg.cohort.records, cfg.cohort.patients, cfg.cohort.seed)
     if not layout.manifest.exists():
         build_synth_manifest(layout.cohort_dir, layout.manifest_dir)
-    grid = cfg.protocol.grid
-    # the audited depths (protocol.audited_layers' set), every model through one pipeline, as the encode stage does
-    depths = sorted({*grid.depths, *(() if grid.sensitivity_depth is None else (grid.sensitivity_depth,))})
-    extract_models(layout.manifest, layout.root, [EncoderSpec(name=m, size="demo") for m in grid.models],
-                   cfg.encoders, progress=False, depths=depths)
+    # every model through one pipeline, as the encode stage does
+    extract_models(layout.manifest, layout.root, [EncoderSpec(name=m, size="demo") for m in cfg.protocol.grid.models],
+                   cfg.encoders, progress=False, depths=audited_depths(cfg.protocol))
     return cfg
 
 

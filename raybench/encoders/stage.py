@@ -113,14 +113,15 @@ def encode_complete(cfg: RunConfig) -> bool:
 
 
 def encode_run(cfg: RunConfig, remote: str | None = None) -> str:
+    from raybench.config import audited_depths
     from raybench.encoders.extract import extract_activations
 
     layout = RunLayout.at(cfg.run_dir)
     enc = cfg.encoders
     grid = cfg.protocol.grid
-    # the audited depths (protocol.audited_layers' set): extraction maps them to layers with the encoder it
-    # builds anyway, instead of a second build here just to learn n_layers
-    depths = sorted({*grid.depths, *(() if grid.sensitivity_depth is None else (grid.sensitivity_depth,))})
+    # extraction maps the audited depths to layers with the encoder it builds anyway, instead of a second build
+    # here just to learn n_layers
+    depths = audited_depths(cfg.protocol)
     if one_pipeline(cfg, grid.models):
         from raybench.encoders.extract import extract_models
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from raybench.config import MODELS, ModelDims, audited_layers, paper_protocol
+from dataclasses import replace
+
+from raybench.config import MODELS, ModelDims, audited_depths, audited_layers, paper_protocol
 from raybench.sae.cells import build_cells, group_stacks
 
 
@@ -29,3 +31,9 @@ def test_realized_depth_and_layers():
     csfm = {c.q: (c.layer, c.realized_depth) for c in cells if c.model == "csfm"}
     assert csfm[0.5] == (3, 3 / 5) and csfm[1.0] == (5, 1.0)
     assert audited_layers(paper_protocol(), 12) == [0, 3, 6, 8, 11]
+    # the sensitivity depth (0.75 in the paper) is one of the primary depths: held once
+    assert audited_depths(paper_protocol()) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    p = paper_protocol()
+    extra = replace(p, grid=replace(p.grid, depths=(0.0, 1.0), sensitivity_depth=0.5))
+    assert audited_depths(extra) == [0.0, 0.5, 1.0] and audited_layers(extra, 12) == [0, 6, 11]
+    assert audited_depths(replace(p, grid=replace(p.grid, depths=(1.0,), sensitivity_depth=None))) == [1.0]
