@@ -160,6 +160,19 @@ def _streamed(args: argparse.Namespace, data: Synthetic):
         yield f"synthetic cell {c}", data.stats(c)
 
 
+def blas_kernel() -> str:
+    """numpy's BLAS and the kernel it runs: the bootstrap is one float64 GEMM, so its wall time follows the kernel.
+    OpenBLAS picks one for the CPU; OPENBLAS_CORETYPE in the environment forces one (this VM forces its AVX2
+    "Haswell" kernel on an AVX-512 CPU, where OpenBLAS's own choice runs ~1.8x as fast: docs/architecture.md)."""
+    from threadpoolctl import threadpool_info
+
+    info = next((i for i in threadpool_info() if i.get("user_api") == "blas"), {})
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return (f"{info.get('internal_api', 'unknown BLAS')} {info.get('version', '')}, kernel "
+            f"{info.get('architecture', '?')}" + (f" (forced by OPENBLAS_CORETYPE={forced})" if forced else
+                                                  " (the library's own choice for this CPU)"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", type=int, default=450)
@@ -182,6 +195,7 @@ def main() -> None:
     print(f"scale: {args.cells} cells x {args.concepts} concepts x {args.patients} patients "
           f"({args.records} records) x {args.draws} draws; workers={args.workers or os.cpu_count()}, {args.dtype}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"GEMM in the Ray workers: {ray.get(ray.remote(blas_kernel).remote())}")
 
     ids = [f"cell{c:03d}" for c in range(args.cells)]
     dtype = np.dtype(args.dtype).type

@@ -3,6 +3,7 @@ asserted: performance claims live in bench/, not in tests)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,17 @@ def test_sae_train_bench_prints_speed_targets_and_trajectory_rows():
     targets = [line for line in out.splitlines() if line.strip().startswith("E=1 ")]
     assert len(targets) == 1 and ("PASS" in targets[0] or "FAIL" in targets[0]), out
     assert float(rows[1][1]) < 1e-4 and float(rows[1][5]) < 1e-6, out  # published loop vs raybench: f32, f64
+
+
+def test_bootstrap_bench_names_the_gemm_kernel_and_matches_the_naive_recomputation():
+    out = _bench(["bench/bootstrap.py", "--cells", "6", "--patients", "60", "--records", "80", "--draws", "40",
+                  "--chunk-draws", "20", "--cells-per-block", "4", "--naive-draws", "1"], timeout=300)
+    kernel = next(line for line in out.splitlines() if line.startswith("GEMM in the Ray workers: "))
+    assert ", kernel " in kernel and ("forced by OPENBLAS_CORETYPE=" in kernel or "own choice" in kernel), kernel
+    errors = re.search(r"R2 (\S+), accessibility (\S+), coverage (\S+)\)", out)
+    assert errors and max(float(e) for e in errors.groups()) < 1e-12, out  # the packed GEMM = the record-level sums
+    target = next(line for line in out.splitlines() if line.startswith("packing + bootstrap (pipelined): "))
+    assert "target <= 12 s: " in target and "target <= 4 GiB: " in target, target
 
 
 @pytest.mark.slow
