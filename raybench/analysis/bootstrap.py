@@ -7,8 +7,10 @@ draws is one GEMM  counts [draws, P] x stats [P, features].
 Determinism: the draws come from one of two streams (raybench.analysis.streams): `published` (the
 protocol code's own generator calls, drawn in order on the driver and handed to the tasks in chunks) or
 `chunked` (chunk i from child i of SeedSequence(seed), drawn inside its task).  Either way every task
-computes a fixed (draw chunk, cell block) pair with one BLAS thread, so results do not depend on how many
-workers run or in which order tasks finish.
+computes a fixed (draw chunk, cell block) pair with one BLAS thread, so results do not depend, bit for bit, on
+how many workers run, in which order tasks finish, or whether packing and bootstrap are pipelined. The chunk
+size changes the GEMMs' shapes, and a BLAS may round a row of a product differently with the number of rows
+(OpenBLAS's AVX-512 kernels do): across chunk sizes, results agree to rounding (~1e-16 relative).
 """
 
 from __future__ import annotations
@@ -50,8 +52,13 @@ def _counts_task(seed: int, n_draws: int, chunk_draws: int, n_patients: int, chu
 def _patient_chunk(counts: np.ndarray, y_matrix: np.ndarray, block: np.ndarray, group: np.ndarray, n_concepts: int,
                    threshold: float) -> np.ndarray:
     rtol = CONSTANT_RTOL if block.dtype == np.float64 else CONSTANT_RTOL_F32
-    return metrics_from_weighted(counts @ y_matrix, counts.astype(block.dtype) @ block, group, n_concepts,
-                                 threshold, rtol)
+    # the y side over this block's own concept blocks only: the GEMM's shape then depends on the block alone, not
+    # on how many concept blocks were read so far (packed_patient_bootstrap), and BLAS kernels may round a
+    # product differently with its shape (OpenBLAS's AVX-512 ones do)
+    groups, local = np.unique(group, return_inverse=True)
+    width = 1 + 2 * n_concepts
+    yw = counts @ y_matrix[:, (groups[:, None] * width + np.arange(width)).ravel()]
+    return metrics_from_weighted(yw, counts.astype(block.dtype) @ block, local, n_concepts, threshold, rtol)
 
 
 @ray.remote(num_cpus=1)
