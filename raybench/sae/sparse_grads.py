@@ -35,16 +35,25 @@ def bag_sum(idx: torch.Tensor, table: torch.Tensor, offsets: torch.Tensor, weigh
 
 
 def add_bags(out: torch.Tensor, targets: torch.Tensor, idx: torch.Tensor, table: torch.Tensor,
-             offsets: torch.Tensor, weights: torch.Tensor) -> None:
-    """out[targets[i]] += bag i's weighted sum of table rows (`targets` distinct), a chunk of bags at a time so
-    that no temporary reaches the mmap threshold (BAG_CHUNK_BYTES)."""
+             offsets: torch.Tensor, weights: torch.Tensor, fresh: bool = False) -> None:
+    """out[targets[i]] += bag i's weighted sum of table rows (`targets` distinct, ascending), a chunk of bags at a
+    time so that no temporary reaches the mmap threshold (BAG_CHUNK_BYTES). `fresh`: `out` holds stale values, so
+    the other rows are zeroed and these set; when the bags cover every row that is one copy, no memset and no
+    read-modify-write (the usual case at E = 1, where every latent fires in a step)."""
     n_bags, m = offsets.numel(), idx.numel()
+    every_row = fresh and n_bags == out.shape[0]
+    if fresh and not every_row:
+        out.zero_()
     step = max(1, BAG_CHUNK_BYTES // (table.shape[1] * table.element_size()))
     for lo in range(0, n_bags, step):
         hi = min(lo + step, n_bags)
         a = int(offsets[lo])
         b = int(offsets[hi]) if hi < n_bags else m
-        out.index_add_(0, targets[lo:hi], bag_sum(idx[a:b], table, offsets[lo:hi] - a, weights[a:b]))
+        bags = bag_sum(idx[a:b], table, offsets[lo:hi] - a, weights[a:b])
+        if every_row:
+            out[lo:hi].copy_(bags)
+        else:
+            out.index_add_(0, targets[lo:hi], bags)
 
 
 # a per-row top-k keeping at least 1/ROW_SELECT_MAX_RATIO of each row runs as numpy's introselect (argpartition) on
@@ -87,11 +96,12 @@ def project_rows(gwd: torch.Tensor, w_dec: torch.Tensor, cdot: torch.Tensor, tou
 
 def entry_grads(crow: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, gup: torch.Tensor,
                 w_dec: torch.Tensor, xc: torch.Tensor, gwd: torch.Tensor, gwe: torch.Tensor, gbe: torch.Tensor,
-                cdot: torch.Tensor, corder: torch.Tensor | None = None) -> torch.Tensor:
+                cdot: torch.Tensor, corder: torch.Tensor | None = None, fresh: bool = False) -> torch.Tensor:
     """Gradients from code entries (row-major, CSR `crow`) whose reconstruction gets upstream grad `gup` [B, d].
 
     Adds into the decoder/encoder row grads and b_enc grad, and <dL/dw_j, w_j> into `cdot`; returns the latents
-    whose rows were added to, ascending. `corder`: argsort(cols) when the caller has it. The gradient reaching
+    whose rows were added to, ascending. `corder`: argsort(cols) when the caller has it. `fresh`: gwd and gwe hold
+    stale values; they are overwritten (rows without entries zeroed) instead of added to. The gradient reaching
     the input (for b_dec) is left to the caller: its batch sum is gbe @ w_enc.
     """
     b, n = gup.shape[0], w_dec.shape[0]
@@ -107,8 +117,8 @@ def entry_grads(crow: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals
     coffs = torch.cumsum(counts, 0) - counts
     r = rows.index_select(0, corder).int()
     coffs = coffs.int()
-    add_bags(gwd, uniq, r, gup, coffs, vals.index_select(0, corder))
-    add_bags(gwe, uniq, r, xc, coffs, dpre.index_select(0, corder))
+    add_bags(gwd, uniq, r, gup, coffs, vals.index_select(0, corder), fresh)
+    add_bags(gwe, uniq, r, xc, coffs, dpre.index_select(0, corder), fresh)
     gbe.index_add_(0, cols, dpre)
     return uniq
 

@@ -98,8 +98,11 @@ def sparse_layout(p: torch.Tensor, flat: torch.Tensor, vals: torch.Tensor) -> tu
         crow = torch.zeros(s_n, b + 1, dtype=torch.long, device=p.device)
         torch.cumsum(mask.view(s_n, b, n).sum(dim=2), dim=1, out=crow[:, 1:])
     # column-major with rows ascending = a stable sort of the CSR-ordered columns (in the mask layout 2.5 vs 5.9 ms
-    # at E = 1, S = 3 on 2 threads, against a rank cumsum over the whole mask and a nonzero pass over its transpose)
-    return rows, cols, vals, crow, torch.sort(cols, dim=1, stable=True).indices
+    # at E = 1, S = 3 on 2 threads, against a rank cumsum over the whole mask and a nonzero pass over its transpose),
+    # as one 1-D int32 sort of (SAE, column) keys: torch sorts those by radix, 0.5 vs 1.4 ms per-row (E = 1, S = 3)
+    at = torch.arange(s_n, device=p.device)[:, None]
+    corder = torch.sort((cols + at * n).view(-1).int(), stable=True).indices.view(s_n, m) - at * m
+    return rows, cols, vals, crow, corder
 
 
 class Stepper:
@@ -256,10 +259,9 @@ class Stepper:
         self.dead_counter.view(-1).add_(1).masked_fill_(fired, 0)
         dead = self.dead_counter >= self._dead_after_col
         cdot = xb.new_zeros(s_n * n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
-        g_we.zero_()
-        g_wd.zero_()
         touched = [entry_grads(crow_g, rows_g, cols_g, vals_g, g.view(-1, d), w_dec, xc.view(-1, d),
-                               g_wd.view(-1, d), g_we.view(-1, d), g_be.view(-1), cdot, (corder + at * m).reshape(-1))]
+                               g_wd.view(-1, d), g_we.view(-1, d), g_be.view(-1), cdot, (corder + at * m).reshape(-1),
+                               fresh=True)]
         for i in dead.any(dim=1).nonzero().flatten().tolist():
             ux, aux_out[i] = aux_grads(p[i], dead[i], self.aux_k[i], self.aux_coef[i], e[i], sae.W_dec_t[i], xc[i],
                                        g_wd[i], g_we[i], g_be[i], cdot.view(s_n, n)[i])
@@ -314,9 +316,9 @@ class Stepper:
         g = e * (2.0 / (b * d))
         dead = self._update_dead(i, cols[vals > 0])
         cdot = xb.new_zeros(n)  # <dL/dw_j, w_j> per decoder row, accumulated from the entries
-        gwe.zero_()  # a memset beats re-zeroing last step's rows by index
-        gwd.zero_()
-        touched = [entry_grads(crow, rows, cols, vals, g, w_dec, xc[i], gwd, gwe, g_be[i], cdot, corder_all[i])]
+        # last step's gradients are overwritten (a memset beats re-zeroing last step's rows by index)
+        touched = [entry_grads(crow, rows, cols, vals, g, w_dec, xc[i], gwd, gwe, g_be[i], cdot, corder_all[i],
+                               fresh=True)]
         if bool(dead.any()):
             ux, aux_out[i] = aux_grads(p[i], dead, self.aux_k[i], self.aux_coef[i], e, w_dec, xc[i], gwd, gwe,
                                        g_be[i], cdot)

@@ -103,3 +103,25 @@ def test_add_bags_in_chunks_equals_one_pass(chunk_bags, monkeypatch):
     got = base.clone()
     sparse_grads.add_bags(got, targets, idx, table, offsets, w)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("every_row", [False, True])
+def test_add_bags_fresh_overwrites_stale_rows(every_row, monkeypatch):
+    """fresh=True: the stale rows the bags miss become zero and the others the bag sums (one copy when the bags
+    cover every row), in chunks or not: the same bits as zeroing, then adding."""
+    g = torch.Generator().manual_seed(12)
+    n_bags, d, m = 9, 6, 30
+    n = n_bags if every_row else 20
+    table = torch.randn(12, d, generator=g)
+    idx = torch.randint(0, 12, (m,), generator=g)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long),
+                         torch.sort(torch.randperm(m - 1, generator=g)[:n_bags - 1] + 1).values])
+    targets = torch.arange(n) if every_row else torch.sort(torch.randperm(n, generator=g)[:n_bags]).values
+    w = torch.rand(m, generator=g)
+    want = torch.zeros(n, d).index_add_(0, targets, torch.nn.functional.embedding_bag(
+        idx, table, offsets, mode="sum", per_sample_weights=w))
+    for chunk_bags in (2, 100):
+        monkeypatch.setattr(sparse_grads, "BAG_CHUNK_BYTES", chunk_bags * d * table.element_size())
+        got = torch.randn(n, d, generator=g)  # last step's values
+        sparse_grads.add_bags(got, targets, idx, table, offsets, w, fresh=True)
+        assert torch.equal(got, want)
