@@ -168,8 +168,8 @@ def blas_kernel() -> str:
 
     info = next((i for i in threadpool_info() if i.get("user_api") == "blas"), {})
     forced = os.environ.get("OPENBLAS_CORETYPE")
-    return (f"{info.get('internal_api', 'unknown BLAS')} {info.get('version', '')}, kernel "
-            f"{info.get('architecture', '?')}" + (f" (forced by OPENBLAS_CORETYPE={forced})" if forced else
+    return (f"{info.get('internal_api', 'unknown BLAS')} {info.get('version') or ''}, kernel "
+            f"{info.get('architecture') or '?'}" + (f" (forced by OPENBLAS_CORETYPE={forced})" if forced else
                                                   " (the library's own choice for this CPU)"))
 
 
