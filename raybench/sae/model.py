@@ -132,10 +132,7 @@ def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> TopK:
     m = min(b * k, b * n)
     if exact or flat.shape[1] < TOPK_SUBSAMPLE_MIN or m * 4 > flat.shape[1]:
         return TopK(*flat.topk(m, dim=1, sorted=False))
-    stride = flat.shape[1] // min(65536, flat.shape[1] // 16)
-    while math.gcd(stride, n) != 1:  # a stride sharing a factor with N would sample the same latents per row
-        stride += 1
-    sub = flat[:, ::stride]
+    sub = _subsample(flat, n)
     r = min(sub.shape[1], int(m / flat.shape[1] * sub.shape[1] * 1.3) + 64)
     thr = sub.topk(r, dim=1, sorted=False).values.amin(dim=1)
     vals, idxs = [], []
@@ -152,6 +149,54 @@ def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> TopK:
         vals.append(v)
         idxs.append(j)
     return TopK(torch.stack(vals), torch.stack(idxs))
+
+
+def _subsample(flat: torch.Tensor, n: int) -> torch.Tensor:
+    """A strided subsample of each row of `flat` [S, B*N]: 1/16 of it, at most 65,536 entries."""
+    stride = flat.shape[1] // min(65536, flat.shape[1] // 16)
+    while math.gcd(stride, n) != 1:  # a stride sharing a factor with N would sample the same latents per row
+        stride += 1
+    return flat[:, ::stride]
+
+
+def topk_mask(p: torch.Tensor, k: int) -> torch.Tensor | None:
+    """batch_topk's kept set as a mask [S, B*N], for dense codes (E = 1) whose CSR layout is built from a mask
+    anyway (raybench.sae.step.sparse_layout). batch_topk pays a top-k over ~1.3 M candidates per SAE and the
+    layout a scatter of its entries into a mask; this takes 1.6 ms against 2.1 for batch_topk alone (S = 3,
+    B 256, N 768, k 96, 2 threads).
+
+    Two thresholds from a strided subsample, 4 standard deviations of the subsample's kept count either side of
+    its expected rank: entries at or above the upper one are kept, and the top-k runs only over the band between
+    the two (~3% of the row). The kept set is the exact top M (ties aside), as batch_topk's. None when the band
+    misses the M-th entry (measured: 1 in 20,000 SAE-steps), when the lower threshold is 0 (zeros tie), or for
+    rows too short to subsample: batch_topk picks then.
+    """
+    s, b, n = p.shape
+    flat = p.reshape(s, b * n)
+    m = min(b * k, b * n)
+    if flat.shape[1] < TOPK_SUBSAMPLE_MIN or m == flat.shape[1]:
+        return None
+    sub = _subsample(flat, n)
+    q = m / flat.shape[1] * sub.shape[1]  # the subsample's expected share of the kept entries
+    r_hi, r_lo = int(q - 4 * math.sqrt(q)), int(q + 4 * math.sqrt(q)) + 1
+    if r_hi < 1 or r_lo > sub.shape[1]:
+        return None
+    ranked = sub.topk(r_lo, dim=1).values  # descending
+    t_hi, t_lo = ranked[:, r_hi - 1], ranked[:, r_lo - 1]
+    if bool((t_lo <= 0).any()):
+        return None
+    mask = flat >= t_hi.unsqueeze(1)
+    need = (m - mask.sum(dim=1)).tolist()
+    for i in range(s):
+        if need[i] < 0:
+            return None
+        if need[i] == 0:
+            continue
+        band = ((flat[i] >= t_lo[i]) & ~mask[i]).nonzero().squeeze(1)
+        if band.numel() < need[i]:
+            return None
+        mask[i, band[flat[i].index_select(0, band).topk(need[i], sorted=False).indices]] = True
+    return mask
 
 
 class Encoded(NamedTuple):

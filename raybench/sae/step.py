@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from raybench.sae.adam import StackAdam
-from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk
+from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk, topk_mask
 from raybench.sae.sparse_grads import aux_grads, bag_sum, entry_grads, project_rows
 
 # "auto" picks the dense reference for small problems whose codes are denser than 1/32 (the demo's E = 1: d 64,
@@ -76,18 +76,21 @@ WHOLE_STACK = True
 MASK_LAYOUT_MAX_RATIO = 16
 
 
-def sparse_layout(p: torch.Tensor, flat: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The kept entries (flat positions `flat` [S, M] into each SAE's [B, N] slice of `p`, values `vals`) in CSR
-    order -> (rows, cols, vals [S, M], crow [S, B+1] row pointers, corder [S, M]: the CSR positions in column-major
-    order, rows ascending within a column)."""
+def sparse_layout(p: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+    """The BatchTopK entries of each SAE's [B, N] slice of `p` [S, B, N] in CSR order -> (rows, cols, vals [S, M],
+    crow [S, B+1] row pointers, corder [S, M]: the CSR positions in column-major order, rows ascending within a
+    column)."""
     s_n, b, n = p.shape
-    m = flat.shape[1]
+    m = min(b * k, b * n)
     if b * n > MASK_LAYOUT_MAX_RATIO * m:
+        vals, flat = batch_topk(p, k)
         flat, order = torch.sort(flat, dim=1)
         vals = vals.gather(1, order)
         mask = None
     else:
-        mask = torch.zeros(s_n, b * n, dtype=torch.bool, device=p.device).scatter_(1, flat, True)
+        mask = topk_mask(p, k)
+        if mask is None:
+            mask = torch.zeros(s_n, b * n, dtype=torch.bool, device=p.device).scatter_(1, batch_topk(p, k).flat, True)
         flat = mask.nonzero()[:, 1].view(s_n, m)  # row-major: CSR order
         vals = p.reshape(s_n, -1).gather(1, flat)
     rows = torch.div(flat, n, rounding_mode="floor")
@@ -210,10 +213,9 @@ class Stepper:
         for i in range(s_n):  # per SAE: one batched baddbmm over the stack ran ~5% slower (MKL, E = 8 and 32)
             torch.addmm(sae.b_enc[i], xc[i], sae.W_enc[i].t(), out=p[i])
         p.relu_()
-        vals_all, flat_all = batch_topk(p, sae.k)
-        # the whole stack at once (rows run in parallel): CSR order of the entries, their rows and columns, the
-        # CSR row pointers, and the column-major (CSC) order the gradient kernels use
-        rows_all, cols_all, vals_all, crow_all, corder_all = sparse_layout(p, flat_all, vals_all)
+        # the whole stack at once (rows run in parallel): CSR order of the BatchTopK entries, their rows and
+        # columns, the CSR row pointers, and the column-major (CSC) order the gradient kernels use
+        rows_all, cols_all, vals_all, crow_all, corder_all = sparse_layout(p, sae.k)
         mse_out, aux_out = xb.new_zeros(s_n), xb.new_zeros(s_n)
         sae.b_enc.grad.zero_()
         if self.grad_clip is not None:

@@ -13,8 +13,10 @@ from raybench.sae.model import (
     Normalizer,
     SAECellConfig,
     StackedBatchTopKSAE,
+    _subsample,
     batch_topk,
     sparse_decode,
+    topk_mask,
 )
 
 
@@ -79,6 +81,27 @@ def test_batch_topk_keeps_exactly_bk_largest(b, n, k):
     ex_vals, ex_flat = batch_topk(p, k, exact=True)
     for s in range(2):
         assert set(ex_flat[s].tolist()) == set(flat[s].tolist())
+
+
+def test_topk_mask_is_batch_topks_set_or_none():
+    """The band threshold keeps the exact top B*k; where it cannot know them it says so (None) instead."""
+    g = torch.Generator().manual_seed(2)
+    b, n, k = 64, 768, 96  # E = 1's density over a row long enough for the subsample (49,152 entries)
+    p = torch.relu(torch.randn(3, b, n, generator=g))
+    mask = topk_mask(p, k)
+    _, flat = batch_topk(p, k, exact=True)
+    assert mask.shape == (3, b * n) and mask.dtype == torch.bool
+    for s in range(3):
+        assert set(mask[s].nonzero().flatten().tolist()) == set(flat[s].tolist())
+    sparse = p * (torch.rand(3, b, n, generator=g) < 0.05)  # under b*k positive entries: zeros would tie
+    assert topk_mask(sparse, k) is None
+    skewed = p.clone().view(3, -1)
+    off = torch.ones(b * n, dtype=torch.bool)
+    off[_subsample(torch.arange(b * n)[None], n)[0]] = False
+    skewed[:, off] += 10.0  # the subsample sees only the small entries: its thresholds keep far too many
+    assert topk_mask(skewed.view(3, b, n), k) is None
+    assert topk_mask(p[:, :8], k) is None  # too short for a subsample
+    assert topk_mask(p, n) is None  # the whole slice: nothing to select
 
 
 def test_encode_code_has_bk_nonzeros_and_sparse_dense_agree():

@@ -11,7 +11,7 @@ from scipy.optimize import linear_sum_assignment
 
 import raybench.sae.sparse_grads as sparse_grads
 import raybench.sae.step as step
-from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk
+from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
 from raybench.sae.step import Stepper, auto_implementation
 from raybench.sae.train import train_stack
 
@@ -138,20 +138,21 @@ def test_sparse_path_equals_dense_reference_to_float64_rounding(aux_block_ratio,
         torch.testing.assert_close(getattr(sp.sae, name), getattr(de.sae, name), atol=1e-11, rtol=1e-11)
 
 
-def test_sparse_layouts_agree_entry_for_entry(monkeypatch):
+@pytest.mark.parametrize("b,n,k", [(32, 96, 12), (64, 768, 96)])  # the second: the mask from topk_mask
+def test_sparse_layouts_agree_entry_for_entry(b, n, k, monkeypatch):
     """The mask layout (dense codes) gives the sort layout's CSR entries, row pointers and column order exactly."""
     torch.manual_seed(0)
-    p = torch.relu(torch.randn(3, 32, 96))
+    p = torch.relu(torch.randn(3, b, n))
     p[0, :, :5] = 0.0  # zero columns: kept entries may be zeros too
-    vals, flat = batch_topk(p, 12)
+    assert (step.topk_mask(p, k) is None) == (b * n < 32768)
     monkeypatch.setattr(step, "MASK_LAYOUT_MAX_RATIO", 0)
-    by_sort = step.sparse_layout(p, flat, vals)
+    by_sort = step.sparse_layout(p, k)
     monkeypatch.setattr(step, "MASK_LAYOUT_MAX_RATIO", 10**9)
-    by_mask = step.sparse_layout(p, flat, vals)
-    for a, b in zip(by_sort, by_mask, strict=True):
-        assert torch.equal(a, b)
+    by_mask = step.sparse_layout(p, k)
+    for a, b_ in zip(by_sort, by_mask, strict=True):
+        assert torch.equal(a, b_)
     rows, cols, _, crow, corder = by_mask
-    assert torch.equal(crow[:, -1], torch.full((3,), 32 * 12))
+    assert torch.equal(crow[:, -1], torch.full((3,), b * k))
     c = cols.gather(1, corder)
     assert (c[:, 1:] >= c[:, :-1]).all()  # column-major ...
     r = rows.gather(1, corder)
