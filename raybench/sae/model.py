@@ -161,14 +161,14 @@ def _subsample(flat: torch.Tensor, n: int) -> torch.Tensor:
 
 def topk_mask(p: torch.Tensor, k: int) -> torch.Tensor | None:
     """batch_topk's kept set as a mask [S, B*N], for dense codes (E = 1) whose CSR layout is built from a mask
-    anyway (raybench.sae.step.sparse_layout). batch_topk pays a top-k over ~1.3 M candidates per SAE and the
+    anyway (raybench.sae.step.sparse_layout). batch_topk pays a top-k over ~1.3 x M candidates per SAE and the
     layout a scatter of its entries into a mask; this takes 1.6 ms against 2.1 for batch_topk alone (S = 3,
     B 256, N 768, k 96, 2 threads).
 
     Two thresholds from a strided subsample, 4 standard deviations of the subsample's kept count either side of
     its expected rank: entries at or above the upper one are kept, and the top-k runs only over the band between
     the two (~3% of the row). The kept set is the exact top M (ties aside), as batch_topk's. None when the band
-    misses the M-th entry (measured: 1 in 20,000 SAE-steps), when the lower threshold is 0 (zeros tie), or for
+    misses the M-th entry (1 of 20,000 random [256 x 768] slices), when the lower threshold is 0 (zeros tie), or for
     rows too short to subsample: batch_topk picks then.
     """
     s, b, n = p.shape
