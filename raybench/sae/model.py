@@ -140,7 +140,7 @@ def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> TopK:
         if thr[i] <= 0:
             v, j = flat[i].topk(m, sorted=False)
         else:
-            cand = (flat[i] >= thr[i]).nonzero().squeeze(1)
+            cand = positions_at_least(flat[i], thr[i])
             if cand.numel() < m:
                 v, j = flat[i].topk(m, sorted=False)
             else:
@@ -149,6 +149,23 @@ def batch_topk(p: torch.Tensor, k: int, exact: bool = False) -> TopK:
         vals.append(v)
         idxs.append(j)
     return TopK(torch.stack(vals), torch.stack(idxs))
+
+
+def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """The positions of a boolean tensor's True entries in its flat order, ascending. On CPU through numpy's
+    flatnonzero: 0.36 ms against 0.57 for torch's nonzero on E = 1's [3, 196,608] code mask."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.reshape(-1).nonzero().squeeze(1)
+
+
+def positions_at_least(row: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
+    """The positions of `row`'s entries >= `thr` (0-d), ascending: `(row >= thr).nonzero()` flattened. On CPU
+    through numpy, whose compare and flatnonzero took 8.5 ms against torch's 25.5 ms for 3 rows of 6.3 M
+    entries keeping 0.6% (E = 32, B 256: 4% of a step)."""
+    if row.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(row.detach().numpy() >= thr.item()))
+    return (row >= thr).nonzero().squeeze(1)
 
 
 def _subsample(flat: torch.Tensor, n: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from raybench.sae.adam import StackAdam
-from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk, topk_mask
+from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE, batch_topk, flat_nonzero, topk_mask
 from raybench.sae.sparse_grads import aux_grads, bag_sum, entry_grads, project_rows
 
 # "auto" picks the dense reference for small problems whose codes are denser than 1/32 (the demo's E = 1: d 64,
@@ -82,6 +82,7 @@ def sparse_layout(p: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
     column)."""
     s_n, b, n = p.shape
     m = min(b * k, b * n)
+    at = torch.arange(s_n, device=p.device)[:, None]
     if b * n > MASK_LAYOUT_MAX_RATIO * m:
         vals, flat = batch_topk(p, k)
         flat, order = torch.sort(flat, dim=1)
@@ -91,7 +92,7 @@ def sparse_layout(p: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
         mask = topk_mask(p, k)
         if mask is None:
             mask = torch.zeros(s_n, b * n, dtype=torch.bool, device=p.device).scatter_(1, batch_topk(p, k).flat, True)
-        flat = mask.nonzero()[:, 1].view(s_n, m)  # row-major: CSR order
+        flat = flat_nonzero(mask).view(s_n, m) - at * (b * n)  # row-major: CSR order
         vals = p.reshape(s_n, -1).gather(1, flat)
     rows = torch.div(flat, n, rounding_mode="floor")
     cols = flat - rows * n
@@ -104,7 +105,6 @@ def sparse_layout(p: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
     # at E = 1, S = 3 on 2 threads, against a rank cumsum over the whole mask and a nonzero pass over its transpose),
     # done as one 1-D int32 sort of (SAE, column) keys, which torch runs as a radix sort: 0.5 ms against 1.4 ms for
     # a sort per row (E = 1, S = 3)
-    at = torch.arange(s_n, device=p.device)[:, None]
     corder = torch.sort((cols + at * n).view(-1).int(), stable=True).indices.view(s_n, m) - at * m
     return rows, cols, vals, crow, corder
 

@@ -15,6 +15,8 @@ from raybench.sae.model import (
     StackedBatchTopKSAE,
     _subsample,
     batch_topk,
+    flat_nonzero,
+    positions_at_least,
     sparse_decode,
     topk_mask,
 )
@@ -102,6 +104,16 @@ def test_topk_mask_is_batch_topks_set_or_none():
     assert topk_mask(skewed.view(3, b, n), k) is None
     assert topk_mask(p[:, :8], k) is None  # too short for a subsample
     assert topk_mask(p, n) is None  # the whole slice: nothing to select
+
+
+def test_numpy_positions_equal_torch_nonzero():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 50, generator=g)
+    x[1, 7] = 0.5  # on the threshold: kept (>=)
+    assert torch.equal(flat_nonzero(x > 0), (x > 0).reshape(-1).nonzero().squeeze(1))
+    assert torch.equal(flat_nonzero(torch.zeros(4, dtype=torch.bool)), torch.zeros(0, dtype=torch.long))
+    got = positions_at_least(x[1], torch.tensor(0.5))
+    assert torch.equal(got, (x[1] >= 0.5).nonzero().squeeze(1)) and 7 in got.tolist()
 
 
 def test_encode_code_has_bk_nonzeros_and_sparse_dense_agree():
