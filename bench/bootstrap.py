@@ -162,8 +162,9 @@ def _streamed(args: argparse.Namespace, data: Synthetic):
 
 def blas_kernel() -> str:
     """numpy's BLAS and the kernel it runs: the bootstrap is one float64 GEMM, so its wall time follows the kernel.
-    OpenBLAS picks one for the CPU; OPENBLAS_CORETYPE in the environment forces one (this VM forces its AVX2
-    "Haswell" kernel on an AVX-512 CPU, where OpenBLAS's own choice runs ~1.8x as fast: docs/architecture.md)."""
+    OpenBLAS picks one for the CPU; OPENBLAS_CORETYPE in the environment forces one (the AMD development VM forced
+    its AVX2 "Haswell" kernel on an AVX-512 CPU, where OpenBLAS's own choice ran ~1.8x as fast; see
+    docs/architecture.md)."""
     from threadpoolctl import threadpool_info
 
     info = next((i for i in threadpool_info() if i.get("user_api") == "blas"), {})
