@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -37,6 +40,9 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
     Whatever `path` held is deleted: callers decide whether that is safe (e.g. only their own output).
     The working directory and its ancestors are refused outright (`path` "." or ".." would be rmtree'd).
+    The old folder is renamed aside (`.<name>.old-<pid>-<random>`) before the new one moves in and deleted
+    only after, so a kill between the steps leaves it recoverable: the next call (or `recover_dir`) puts a
+    dead process's aside back when `path` is missing, and deletes it when `path` is there.
     """
     path = Path(os.path.abspath(path))  # "." has no name and no real parent: normalize before using either
     cwd = Path.cwd()
@@ -44,15 +50,61 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise ValueError(f"refusing to replace {path}: it is the current directory or contains it; "
                          "write to a new folder instead")
     path.parent.mkdir(parents=True, exist_ok=True)
+    recover_dir(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        _swap_in(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Rename `path` aside, move `tmp` in, delete the aside; on a failure before the move, put `path` back."""
+    aside = None
+    if path.exists():
+        aside = path.with_name(f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        os.replace(path, aside)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        if aside is not None and not path.exists():
+            os.replace(aside, path)
+        raise
+    if aside is not None:
+        with contextlib.suppress(OSError):  # the new folder is in place; the next call deletes the aside
+            shutil.rmtree(aside)
+
+
+def recover_dir(path: str | os.PathLike) -> bool:
+    """Finish what a killed `atomic_dir` left beside `path`: put its old folder back when `path` is missing
+    (True), delete it when `path` is there. While `path` is missing, the aside of a process still running (between
+    its two renames) is left alone."""
+    path = Path(os.path.abspath(path))
+    if not path.parent.is_dir():
+        return False
+    recovered = False
+    for aside in sorted(path.parent.glob(f".{glob.escape(path.name)}.old-*")):
+        if path.exists():  # superseded by a newer folder, whoever set it aside
+            shutil.rmtree(aside, ignore_errors=True)
+            continue
+        pid = aside.name[len(path.name) + 6:].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            os.replace(aside, path)
+            recovered = True
+    return recovered
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _umask() -> int:
