@@ -15,6 +15,7 @@ at all is decided by `raybench export` (raybench/export.py).
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,11 @@ MESSAGE_LIMIT = 300
 # names, s4001xxxx study folders; not dtype names like int64). Counted, never kept.
 _TOKEN = re.compile(r"[\w-]+")
 _TYPE_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:\([\w.]+\))?)\s*(?::|$)")
+# What may stand as the "type" of credentialed free text: a dotted exception class name (wfdb.io.Error,
+# KeyboardInterrupt), never a leading token of the message itself (`s40689238: header missing`).
+_TYPE_NAME = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*")
+_TYPE_SUFFIXES = ("Error", "Exception", "Warning", "Interrupt", "Exit", "Failure", "Timeout", "Iteration")
+_REDUCED = re.compile(rf"(?:failed: )?(\S+) \({re.escape(WITHHELD)}; \d+ identifier-like values?\)")
 
 
 def is_credentialed(cfg: Any) -> bool:
@@ -52,7 +58,8 @@ def failure_text(exc_or_msg: BaseException | str | None, credentialed: bool, *, 
     An exception gives `Type: last line of its message`; text (e.g. a formatted traceback, or a reason
     written earlier) gives its last non-empty line. Credentialed: `Type (message withheld: credentialed
     cohort; N identifier-like values)` - the message itself is dropped; N counts the values in the exception's
-    own message (the last line of a traceback). Text already reduced this way is
+    own message (the last line of a traceback). Text keeps its leading `Type:` only when that is an exception
+    class name (`is_exception_type_name`), else `Error` stands for it. Text already reduced this way is
     returned unchanged, so applying the helper twice is harmless.
     """
     if exc_or_msg is None:
@@ -63,9 +70,11 @@ def failure_text(exc_or_msg: BaseException | str | None, credentialed: bool, *, 
             last = message.splitlines()[-1] if message else ""
             return f"{type(exc_or_msg).__name__}: {last[:limit]}"
         cause = _root_exception(exc_or_msg)
-        return _withheld(type(cause).__name__, str(cause))
+        name = type(cause).__name__
+        return _withheld(name if not id_like_count(name) else "Error", str(cause))
     text = str(exc_or_msg).strip()
-    if WITHHELD in text:
+    reduced = _REDUCED.fullmatch(text)
+    if reduced and (reduced.group(1) == "Error" or is_exception_type_name(reduced.group(1))):
         return text
     lines = [ln for ln in text.splitlines() if ln.strip()]
     last = lines[-1].strip() if lines else ""
@@ -73,9 +82,22 @@ def failure_text(exc_or_msg: BaseException | str | None, credentialed: bool, *, 
         return last[:limit] or "unknown failure"
     head = last[len("failed:"):].strip() if last.startswith("failed:") else last
     match = _TYPE_LINE.match(head)
-    name = match.group(1) if match else "Error"
-    inner = re.fullmatch(r"\w+\(([\w.]+)\)", name)  # RayTaskError(KeyError) -> KeyError
-    return _withheld(inner.group(1) if inner else name, head[match.end():] if match else head)
+    name = match.group(1) if match else ""
+    inner = re.fullmatch(r"[\w.]+\(([\w.]+)\)", name)  # RayTaskError(KeyError) -> KeyError
+    name = inner.group(1) if inner else name
+    if not is_exception_type_name(name):  # the whole line is message: any id in it is counted, none kept
+        return _withheld("Error", head)
+    return _withheld(name, head[match.end():])
+
+
+def is_exception_type_name(name: str) -> bool:
+    """Whether `name` reads as an exception class (ValueError, wfdb.io.Error, StopIteration) and holds no
+    identifier-like value, so it may be kept in a credentialed cohort's failure text."""
+    if not _TYPE_NAME.fullmatch(name) or id_like_count(name):
+        return False
+    last = name.rsplit(".", 1)[-1]
+    builtin = getattr(builtins, last, None)
+    return last.endswith(_TYPE_SUFFIXES) or (isinstance(builtin, type) and issubclass(builtin, BaseException))
 
 
 def id_like_count(text: str) -> int:

@@ -275,3 +275,24 @@ def test_secondary_analysis_failures_are_reduced_too():
     assert rec["reason"] == f"KeyError ({WITHHELD}; 2 identifier-like values)"
     assert "40012345" not in json.dumps(rec)
     assert "40012345" in failure_record("harmonization", err, demo_run())["reason"]  # open cohorts keep it
+
+
+@pytest.mark.parametrize("text", ["s40689238: header missing", "40689238: header missing", "p10001217.s40689238: x",
+                                  "record_40689238: flat", "failed: s40689238: header missing", "s40689238",
+                                  "wfdb.p10001217.Error: bad header", "diverged",
+                                  "s40689238 (message withheld: credentialed cohort; 0 identifier-like values)"])
+def test_credentialed_text_keeps_no_identifier_as_its_type(text):
+    """Only an exception type name may stand before the withheld note; an id in its place is counted instead."""
+    out = failure_text(text, True)
+    assert not re.search(r"\d{4}", out.split("(")[0]), out
+    assert out.startswith(("Error (", "failed: Error (")) and WITHHELD in out
+    if re.search(r"\d{4}", text):
+        assert re.search(r"; [1-9]\d* identifier-like value", out), out
+
+
+def test_credentialed_text_keeps_real_exception_type_names():
+    for name in ("ValueError", "wfdb.io.Error", "KeyboardInterrupt", "StopIteration", "h5py.OSError",
+                 "botocore.exceptions.ClientError", "TimeoutError", "ray.exceptions.RayTaskError(KeyError)"):
+        kept = "KeyError" if name.endswith("(KeyError)") else name
+        assert failure_text(f"{name}: record 40012345 missing", True) == \
+            f"{kept} ({WITHHELD}; 1 identifier-like value)"

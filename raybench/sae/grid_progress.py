@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ray.tune import Callback
 
 from raybench import progress
+from raybench.privacy import failure_text
 from raybench.sae.cells import CellSpec
 
 KEY = "train"
@@ -159,4 +160,4 @@ def _first_line(trial, credentialed: bool = False) -> str:
     hits = [ln for ln in lines
             if ": " in ln and ln.split(":", 1)[0].rsplit(".", 1)[-1].endswith(("Error", "Exception"))]
     line = (hits[-1] if hits else lines[-1] if lines else "no message")[:300]
-    return line.split(":", 1)[0] + " (message withheld: credentialed cohort)" if credentialed else line
+    return failure_text(line, True) if credentialed else line  # never the line's first token: it may be an id

@@ -4,6 +4,7 @@ trials, the slowest running trial, fed by Tune callback events."""
 from __future__ import annotations
 
 import pickle
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -89,3 +90,23 @@ def test_error_lines_name_the_trial_and_keep_record_ids_back_for_credentialed_co
     errors = [ln for ln in lines if ln.startswith("ERROR")]
     assert "train trial a failed" in errors[0] and "record 4711 is empty" in errors[0]
     assert "ValueError" in errors[1] and "4711" not in errors[1]
+
+
+@pytest.mark.parametrize("text", ["Failure # 1 (occurred at 2026-01-01_10-00-00)\ns40689238: header missing\n",
+                                  "Traceback (most recent call last):\n"
+                                  "  File \"/data/p1000/p10001217/s40689238/x.py\"\n",
+                                  "ray.exceptions.RayTaskError(KeyError): ray::train() (pid=4711)\n"
+                                  "KeyError: '[40689238, 40689239] not in index'\n"])
+def test_credentialed_error_lines_hold_no_record_id_whatever_the_error_file_says(grid, tmp_path, text):
+    """No `Type:` line to pick, or an id where the type should be: the display still names no record."""
+    lines: list[str] = []
+    err = tmp_path / "error.txt"
+    err.write_text(text)
+    grid.credentialed = True
+    with progress.active(progress.PlainReporter(lines.append, timer=False)):
+        cb = progress_callback(grid)
+        cb.on_trial_recover(0, [], _trial([_stack("a", 1)], str(err)))
+        cb.on_trial_error(0, [], _trial([_stack("a", 1)], str(err)))
+    errors = [ln for ln in lines if ln.startswith("ERROR")]
+    assert len(errors) == 2 and all("withheld" in ln for ln in errors), errors
+    assert not any(re.search(r"\d{4}", ln) for ln in errors), errors
