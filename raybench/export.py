@@ -12,14 +12,19 @@ is added here on purpose:
                                      cohorts only, never for a credentialed one (they are record-level)
     cells/<cell>/sae.safetensors     SAE weights and the cfg.json that makes them usable on their own
     cells/<cell>/cfg.json
-    run.yaml                         the resolved config, any record-level field (`*_ids`, quarantine) removed
+    run.yaml                         the resolved config, any record-level field (`*_ids`, quarantine) removed and
+                                     credentials cut out of every URI (raybench.redaction)
     EXPORT.json                      what was copied (path, bytes, sha256) and how much was left behind
 
 Even an allow-listed file is refused if its name looks record-level (`*_ids*`, `*.npz`, quarantine,
-manifest, patient_stats). For credentialed cohorts (raybench.privacy) every copied file is then scanned
-for the cohort's record and subject ids (from manifest/ and the dataset's record_list.csv); a hit aborts
-the export, leaving nothing at DIR, and names the file - e.g. a run whose tables predate the failure-text
-rules. Every file report.html links (relative src/href/data-src) must be in the export, or it is refused.
+manifest, patient_stats). The cohort kind comes from manifest/summary.json and run.yaml (credentialed if
+either says so; refused if neither names one). For credentialed cohorts (raybench.privacy) every copied file
+is then scanned for the cohort's record and subject ids (from manifest/ and the dataset's record_list.csv); a
+hit aborts the export, leaving nothing at DIR, and names the file - e.g. a run whose tables predate the
+failure-text rules. When no id can be loaded (a partial copy of an s3:// run without manifest/) the export is
+refused: an empty scan would pass everything. A copied file holding the userinfo or query string of a URI in
+run.yaml (a report rendered before redaction) is refused too. Every file report.html links (relative
+src/href/data-src) must be in the export, or it is refused.
 The export is written to a temporary folder beside DIR and renamed when complete.
 """
 
@@ -42,6 +47,7 @@ import yaml
 
 from raybench.paths import RunLayout
 from raybench.privacy import is_credentialed
+from raybench.redaction import redact_config, redact_text, uri_secrets
 
 ALLOW = ("report.html", "tables/*.parquet", "tables/*.csv", "tables/*.json", "figures/*.png", "figures/*.svg",
          "figures/dashboards/index.json", "cells/*/sae.safetensors", "cells/*/cfg.json")
@@ -81,7 +87,10 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ExportError(f"--to {dest} exists and is not an empty folder: export to a new folder")
     raw = _read_yaml(layout.run_yaml)
-    credentialed = is_credentialed(raw or {})
+    kind = cohort_kind(layout, raw)
+    credentialed = is_credentialed(kind)
+    ids = _required_ids(layout, raw, kind) if credentialed else set()
+    secrets = uri_secrets(layout.run_yaml.read_text()) if raw is not None else set()
 
     chosen, left = [], 0
     for path in sorted(p for p in src.rglob("*") if p.is_file() or p.is_symlink()):
@@ -108,10 +117,15 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
             raise ExportError(f"report.html links {len(dangling)} file(s) the export would not hold: "
                               f"{', '.join(dangling[:10])}. Re-render the report (`raybench report --run-dir "
                               f"{run_dir}`) so it links only shareable files, then export again")
+        leaks = [rel for rel in _files(tmp) if secrets and _holds_any(tmp / rel, secrets)]
+        if leaks:
+            raise ExportError(
+                f"{len(leaks)} file(s) that would be exported hold credentials from a URI in run.yaml (user:password@ "
+                f"or a query string): {', '.join(leaks[:10])}. Re-render the report with this raybench version "
+                f"(`raybench report --run-dir {run_dir}`: it drops them), then export again")
         if credentialed:
-            ids = record_ids(layout, raw)
             result.scanned_ids = len(ids)
-            hits = [rel for rel in _files(tmp) if ids and _holds_ids(tmp / rel, ids)]
+            hits = [rel for rel in _files(tmp) if _holds_ids(tmp / rel, ids)]
             if hits:
                 raise ExportError(
                     f"{len(hits)} file(s) that would be exported hold record or subject ids of this credentialed "
@@ -130,6 +144,41 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return result
+
+
+def cohort_kind(layout: RunLayout, raw: dict[str, Any] | None) -> str:
+    """The run's cohort kind from manifest/summary.json (written with the record ids) and run.yaml; a credentialed
+    kind wins when they disagree. Refuses when neither names one: a partial copy cannot be judged safe."""
+    from raybench.analysis.audit import run_section
+
+    kinds = []
+    if layout.manifest_summary.is_file():
+        try:
+            summary = json.loads(layout.manifest_summary.read_text())
+        except json.JSONDecodeError as err:
+            raise ExportError(f"{layout.manifest_summary} is unreadable ({err}): copy the run's manifest/ folder "
+                              "again, then export") from None
+        kinds.append(summary.get("cohort") if isinstance(summary, dict) else None)
+    kinds.append((run_section(raw, "cohort") or {}).get("kind"))
+    kinds = [str(k) for k in kinds if k]
+    if not kinds:
+        raise ExportError(f"{layout.root} has neither manifest/summary.json nor a run.yaml naming the cohort kind, "
+                          "so the export cannot tell whether the cohort is credentialed: copy the whole run folder "
+                          "(run.yaml and manifest/ included), then export again")
+    return next((k for k in kinds if is_credentialed(k)), kinds[0])
+
+
+def _required_ids(layout: RunLayout, raw: dict[str, Any] | None, kind: str) -> set[bytes]:
+    """The ids the export scans a credentialed run for; refuses when none could be loaded (an empty scan passes
+    everything, e.g. for a partial copy of an s3:// run without manifest/)."""
+    ids = record_ids(layout, raw)
+    if not ids:
+        raise ExportError(
+            f"{layout.root} is a run of the credentialed cohort {kind!r}, but no record or subject ids could be "
+            f"loaded ({layout.manifest} is missing and no record_list.csv was found at cohort.root), so the id scan "
+            "cannot check the export. Copy the run's manifest/ folder too (inside the credentialed environment), or "
+            "make cohort.root in run.yaml point at the dataset, then export again")
+    return ids
 
 
 def record_ids(layout: RunLayout, raw: dict[str, Any] | None) -> set[bytes]:
@@ -154,8 +203,10 @@ def record_ids(layout: RunLayout, raw: dict[str, Any] | None) -> set[bytes]:
         table = pq.read_table(layout.manifest, columns=[c for c in id_cols if c in names])
         for col in table.column_names:
             add(table.column(col).to_pylist())
+    from raybench.analysis.audit import run_section
+
     listings = [layout.quarantine]
-    root = ((raw or {}).get("cohort") or {}).get("root") if isinstance((raw or {}).get("cohort"), dict) else None
+    root = (run_section(raw, "cohort") or {}).get("root")
     if root:
         listings.append(Path(str(root)).expanduser() / "record_list.csv")
     for path in listings:
@@ -191,14 +242,26 @@ def _files(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
-def _holds_ids(path: Path, ids: set[bytes]) -> bool:
-    """Whether the file (or a parquet table's text) holds one of `ids` as a whole digit run, or a non-numeric id
-    as a whole word. Inline images (data: URIs) are skipped."""
+def _texts(path: Path) -> list[bytes]:
+    """The file's bytes without inline images (data: URIs), plus a parquet table's text (its pages may be
+    compressed)."""
     texts = [_DATA_URI.sub(b"", path.read_bytes())]
     if path.suffix == ".parquet":
         import pandas as pd
 
         texts.append(pd.read_parquet(path).to_csv(index=False).encode())
+    return texts
+
+
+def _holds_any(path: Path, needles: set[bytes]) -> bool:
+    """Whether the file (or a parquet table's text) holds one of `needles` anywhere."""
+    return any(n in text for text in _texts(path) for n in needles)
+
+
+def _holds_ids(path: Path, ids: set[bytes]) -> bool:
+    """Whether the file (or a parquet table's text) holds one of `ids` as a whole digit run, or a non-numeric id
+    as a whole word. Inline images (data: URIs) are skipped."""
+    texts = _texts(path)
     numeric = {i for i in ids if i.isdigit()}
     words = ids - numeric
     runs = None
@@ -237,10 +300,11 @@ def _scrub(obj: Any) -> Any:
 
 
 def _export_run_yaml(text: str, raw: dict[str, Any]) -> str:
-    """run.yaml with record-level keys dropped (the resolved config holds none today; a recorded id list would)."""
-    out = _scrub(raw)
-    header = [ln for ln in text.splitlines() if ln.startswith("#")]
-    header.append("# exported by `raybench export`: record-level fields removed")
+    """run.yaml with record-level keys dropped (the resolved config holds none today; a recorded id list would)
+    and credentials cut out of every URI (raybench.redaction)."""
+    out = redact_config(_scrub(raw))
+    header = [redact_text(ln) for ln in text.splitlines() if ln.startswith("#")]
+    header.append("# exported by `raybench export`: record-level fields and URI credentials removed")
     return "\n".join(header) + "\n" + yaml.safe_dump(out, sort_keys=False)
 
 

@@ -24,6 +24,7 @@ from raybench.analysis.audit import run_section
 from raybench.analysis.plotting import METRICS, metric_label, model_label
 from raybench.analysis.report_html import LARGE_TABLE_ROWS, df_html, kv_table, table_block
 from raybench.paths import RunLayout
+from raybench.redaction import redact_config, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,8 @@ def _protocol_body(ctx: Context) -> str:
     path = ctx.layout.run_yaml
     if not path.exists():
         return "<p>No run.yaml in this run folder: the resolved protocol was not recorded.</p>"
-    return f"<p>Resolved configuration (<code>run.yaml</code>):</p><pre>{html.escape(path.read_text())}</pre>"
+    text = redact_text(path.read_text())  # credentials in URIs stay in run.yaml (raybench.redaction)
+    return f"<p>Resolved configuration (<code>run.yaml</code>):</p><pre>{html.escape(text)}</pre>"
 
 
 def _provenance_body(ctx: Context) -> str:
@@ -179,7 +181,7 @@ def _provenance_body(ctx: Context) -> str:
         if key in run:
             rows.append((key, run[key]))
     rows.append(("cohort", ctx.cohort_kind or "unknown"))
-    return kv_table(rows)
+    return kv_table([(k, redact_config(v)) for k, v in rows])
 
 
 def _profiles_body(ctx: Context) -> str:

@@ -234,3 +234,25 @@ def test_audit_json_values_are_escaped(tmp_path):
     assert "script" not in parse(root / "report.html").tags
     for key in ("ok_cells", "expected_cells", "complete_blocks", "expected_blocks"):
         assert f"{key}&lt;script&gt;alert(1)&lt;/script&gt;" in text
+
+
+def test_credentials_in_config_uris_do_not_reach_the_report(tmp_path):
+    """run.yaml keeps the URIs a rerun needs; report.html shows them without userinfo, query or fragment."""
+    import yaml
+
+    from raybench.atomic import write_text
+
+    root = write_fake_run(tmp_path / "run", small_protocol(), tables=("cells",))
+    path = RunLayout.at(root).run_yaml
+    raw = yaml.safe_load(path.read_text())
+    raw["run_dir"] = "s3://bucket/runs/demo?access_key=AKIAEXAMPLE&secret_key=s3cr3tKEY"
+    raw["tracking"] = {"mlflow": {"uri": "https://alice:hunter2pw@mlflow.example.org:5000/api#frag"}}
+    raw["versions"]["source"] = "git+https://ghp_tokenXYZ@git.example.org/raybench.git?ref=main"
+    write_text(path, "# stored at https://bob:pw0rd42@store.example.org/x\n" + yaml.safe_dump(raw, sort_keys=False))
+    text = render_report(root).read_text()
+    for secret in ("AKIAEXAMPLE", "s3cr3tKEY", "alice", "hunter2pw", "frag", "ghp_tokenXYZ", "ref=main", "bob",
+                   "pw0rd42"):
+        assert secret not in text, secret
+    for kept in ("s3://bucket/runs/demo", "https://mlflow.example.org:5000/api",
+                 "git+https://git.example.org/raybench.git", "https://store.example.org/x"):
+        assert kept in text, kept
