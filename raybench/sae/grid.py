@@ -3,19 +3,18 @@
 `run_grid` builds the cells from the protocol and the activation store's model dimensions, runs a Tune
 trial (raybench.sae.trial) for every unit of stacks that still has a cell to train, and writes
 `tables/cells.parquet` (raybench.sae.cells_table): one row per expected cell, failed cells included with
-their reason. Resume is layered: `Tuner.restore` continues the newest experiment of the config
-(`tune/grid-<config hash>[-<n>]`; refused without raybench's owner stamp, raybench.sae.tune_experiments), a
-trial never retrains a cell that is already done (raybench.sae.provenance), and the stacks still missing
-after that (cells deleted since, stacks the restored experiment never had) run as a fresh experiment
-`tune/grid-<hash>-<n+1>`. So a killed driver loses at most the steps since the last checkpoint, and every
-rerun trains exactly the missing cells.
+their reason. Resume never unpickles Tune state (it travels with the run folder, so it could be planted:
+raybench.sae.tune_experiments): the stacks with a missing cell run as a fresh experiment
+`tune/grid-<config hash>[-<n+1>]`, a trial never retrains a cell that is already done
+(raybench.sae.provenance), and a stack resumes from the newest pickle-free in-trial checkpoint an earlier
+experiment of the config left for it. So a killed driver loses at most the steps since the last checkpoint,
+and every rerun trains exactly the missing cells.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 
 import pandas as pd
 
@@ -32,7 +31,7 @@ from raybench.sae.grid_progress import finish as finish_progress
 from raybench.sae.provenance import cell_done, check_stores_match_manifest, expected_provenance
 from raybench.sae.tracking import tracking_callbacks
 from raybench.sae.trial import train_cells_trial
-from raybench.sae.tune_experiments import check_owner_stamp, experiment_dirs, fs_join, write_owner_stamp
+from raybench.sae.tune_experiments import RESUME_KEY, earlier_checkpoints, experiment_dirs, fs_join
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +60,13 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
     expect = expected_provenance(layout.root, cfg.config_hash(), cells)
     trials = group_trials(cells, cfg.resources.trial_unit)
 
-    def pending_trials() -> dict[str, list[list[CellSpec]]]:  # _fit asks again after a restored experiment
-        return {key: stacks for key, stacks in trials.items()
-                if not all(cell_done(layout, expect, c) for s in stacks for c in s)}
-
     errors: dict[str, str] = {}
-    pending = pending_trials()
+    pending = {key: stacks for key, stacks in trials.items()
+               if not all(cell_done(layout, expect, c) for s in stacks for c in s)}
     shown = GridProgress.of(len(cells), pending, lambda c: cell_done(layout, expect, c),
                             credentialed=is_credentialed(cfg))  # the run's live display (raybench.progress)
     if pending:
-        errors = _fit(cfg, layout, pending_trials, fail_once_dir, verbose, remote_uri, hold_dir, shown)
+        errors = _fit(cfg, layout, pending, fail_once_dir, verbose, remote_uri, hold_dir, shown)
     if remote_uri:
         from raybench.storage import sync_down
 
@@ -81,15 +77,12 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
     return table
 
 
-def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[str, list[list[CellSpec]]]],
+def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpec]]],
          fail_once_dir: str | None, verbose: int, remote_uri: str | None = None,
          hold_dir: str | None = None, shown: GridProgress | None = None) -> dict[str, str]:
-    """Run Tune for the pending trials; returns stack_id -> failure reason.
-
-    The newest experiment of this config is restored first (its unfinished and errored trials resume from
-    their checkpoints; refused without raybench's owner stamp). `pending_trials()` is then asked again: what
-    is still missing and was not just tried by the restored trials (cells deleted since, stacks that
-    experiment never had) runs as a fresh experiment `<EXPERIMENT>-<hash>-<n+1>`.
+    """Run the pending trials as a fresh Tune experiment `<EXPERIMENT>-<hash>[-<n+1>]`; returns stack_id -> failure
+    reason. No experiment is restored (that would unpickle whatever the run folder holds): a stack resumes from the
+    newest pickle-free checkpoint the config's earlier experiments hold for it (raybench.sae.tune_experiments).
     """
     from pyarrow import fs as pafs
     from ray import tune
@@ -108,25 +101,11 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
     threads = max(1, int(res.trial_cpus))
     gpus = run_trial_gpus(cfg, layout.root)  # trial_gpus, auto resolved against the cluster (raybench.resources)
     trainable = tune.with_resources(train_cells_trial, {"cpu": res.trial_cpus, "gpu": gpus})
-    errors: dict[str, str] = {}
-    if experiments and tune.Tuner.can_restore(experiments[-1].path, storage_filesystem=storage_fs):
-        exp_dir = experiments[-1].path
-        name = exp_dir.rsplit("/", 1)[-1]
-        check_owner_stamp(fs, exp_dir, f"{remote_uri.rstrip('/')}/tune/{name}" if remote_uri else None)
-        tuner = tune.Tuner.restore(exp_dir, trainable=trainable, resume_unfinished=True, resume_errored=True,
-                                   storage_filesystem=storage_fs)
-        errors.update(trial_errors(tuner.fit(), is_credentialed(cfg), lost_checkpoint_ok=True))
-        if remote_uri:  # cells the restored trials finished on other nodes
-            from raybench.storage import sync_down
-
-            sync_down(remote_uri, layout.root, "cells")
-    pending = {key: [s for s in stacks if s[0].stack_id not in errors] for key, stacks in pending_trials().items()}
-    pending = {key: stacks for key, stacks in pending.items() if stacks}
-    if not pending:
-        return errors
+    wanted = {c.cell_id for stacks in pending.values() for s in stacks for c in s}
+    resume_from = {key: path for key, path in earlier_checkpoints(fs, experiments).items()
+                   if set(key.split("\n")) <= wanted}
     n = experiments[-1].n + 1 if experiments else 1
     exp_dir = fs_join(storage, base if n == 1 else f"{base}-{n}")
-    write_owner_stamp(fs, exp_dir, cfg.config_hash())
     param_space = {
         "run_root": str(layout.root.resolve()),
         "remote_uri": remote_uri,
@@ -134,6 +113,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
         "config_hash": cfg.config_hash(),
         "fail_once_dir": fail_once_dir,
         "hold_dir": hold_dir,
+        RESUME_KEY: resume_from,
         "threads": threads,
         "log_every": cfg.tracking.log_every if cfg.tracking.enabled else 0,  # raybench.sae.tracking
         "stacks": tune.grid_search([[[c.to_dict() for c in stack] for stack in stacks]
@@ -156,25 +136,14 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending_trials: Callable[[], dict[st
             verbose=verbose,
         ),
     )
-    errors.update(trial_errors(tuner.fit(), is_credentialed(cfg)))
-    return errors
+    return trial_errors(tuner.fit(), is_credentialed(cfg))
 
 
-# Tune's error for a restored trial whose recorded checkpoint is gone: a driver killed between Tune deleting the
-# previous checkpoint (num_to_keep=1) and saving its experiment state leaves the state pointing at it
-LOST_CHECKPOINT = "Could not recover from checkpoint as it does not exist on storage anymore"
-
-
-def trial_errors(results, credentialed: bool, lost_checkpoint_ok: bool = False) -> dict[str, str]:
+def trial_errors(results, credentialed: bool) -> dict[str, str]:
     """stack_id -> why its trial failed, as `raybench.privacy.failure_text` allows for the cohort (a credentialed
-    cohort's message can list record ids: only the exception type and a count are kept). lost_checkpoint_ok: a
-    restored trial that failed only because its checkpoint was gone is left out, so its unfinished cells count as
-    pending and train afresh (training is seeded: the same cells)."""
+    cohort's message can list record ids: only the exception type and a count are kept)."""
     errors = {}
     for r in results:
-        if r.error is not None and lost_checkpoint_ok and LOST_CHECKPOINT in str(r.error):
-            log.warning("a restored trial's checkpoint is gone (driver killed mid-save); its cells train afresh")
-            continue
         if r.error is not None:
             reason = failure_text(r.error, credentialed)
             for stack in r.config.get("stacks", []):

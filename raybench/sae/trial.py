@@ -27,6 +27,7 @@ from raybench.sae.provenance import activation_provenance, cell_done, expected_p
 from raybench.sae.tracking import curve_report, final_report
 from raybench.sae.train import train_stack
 from raybench.sae.trial_state import load_trial_state, save_trial_state
+from raybench.sae.tune_experiments import earlier_state
 
 
 def train_cells_trial(config: dict[str, Any]) -> None:
@@ -73,7 +74,7 @@ def train_cells_trial(config: dict[str, Any]) -> None:
             loaded[key] = load_cell_data(layout.root, key[0], key[1], protocol.eval)
             store_provenance = activation_provenance(layout.root, *key) or {}  # the activations trained on
         ids = [c.cell_id for c in todo]
-        state = resume["state"] if resume is not None and resume.get("cell_ids") == ids else None
+        state = resume["state"] if resume is not None and resume.get("cell_ids") == ids else earlier_state(config, ids)
         _train_and_save(layout, protocol, todo, loaded[key], device, state, config["config_hash"],
                         {"cells_trained": trained, "cells_total": total, "cells_done": done_before + trained},
                         remote, config.get("hold_dir"),

@@ -1,28 +1,26 @@
-"""Ray Tune experiment folders of a run: finding them, and the owner stamp that makes one safe to restore.
+"""Ray Tune experiment folders of a run: finding them, and resuming their stacks without unpickling anything.
 
-Experiments are `tune/grid-<config hash>[-<n>]` (raybench.sae.grid). In-trial checkpoints hold no pickle
-(raybench.sae.trial_state), but `Tuner.restore` unpickles Tune's own experiment state, which can run arbitrary
-code. raybench writes an owner stamp (`raybench_owner.json`) into each experiment folder it creates and refuses
-to restore a folder without one. Never restore (or copy into a run's `tune/`) Tune state from an untrusted
-source: delete such a folder instead; finished cells are kept and only unfinished stacks restart.
+Experiments are `tune/grid-<config hash>[-<n>]` (raybench.sae.grid). Tune's own experiment state (`tuner.pkl`,
+the trials' pickles) travels with the run folder, so anyone who can write there (a copied run, a shared bucket)
+could plant a pickle that runs code on `Tuner.restore`; no stamp beside it can prove otherwise. So raybench never
+restores a Tune experiment: a rerun starts a fresh one for the stacks still missing (finished cells are recognised
+by their own files, raybench.sae.provenance), and a stack resumes from the newest in-trial checkpoint an earlier
+experiment of the same config left for it: safetensors + JSON (raybench.sae.trial_state), nothing unpickled.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-import secrets
-import socket
-from typing import NamedTuple
+import logging
+import tempfile
+from typing import Any, NamedTuple
 
-from raybench.errors import RaybenchError
+from raybench.sae.trial_state import STATE_JSON, STATE_TENSORS, load_trial_state
 
-OWNER_STAMP = "raybench_owner.json"  # written by raybench into every Tune experiment folder it creates
+log = logging.getLogger(__name__)
 
-
-class UntrustedTuneState(RaybenchError, RuntimeError):
-    """A Tune experiment folder that raybench did not create (no owner stamp): restoring it would unpickle it."""
+RESUME_KEY = "resume_from"  # in a trial's config: stack key -> path of an earlier checkpoint of those cells
+MAX_STATE_JSON = 64 << 20  # a state.json larger than this is not one raybench wrote: skipped
 
 
 def fs_join(base: str, name: str) -> str:
@@ -41,6 +39,8 @@ class Experiment(NamedTuple):
 
 def experiment_dirs(fs, storage: str, base: str) -> list[Experiment]:
     """The experiment folders `<base>` (n = 1) and `<base>-<n>` under `storage`, oldest first."""
+    import re
+
     from pyarrow import fs as pafs
 
     pattern = re.compile(rf"{re.escape(base)}(?:-(\d+))?")
@@ -52,33 +52,73 @@ def experiment_dirs(fs, storage: str, base: str) -> list[Experiment]:
     return sorted(found)
 
 
-def write_owner_stamp(fs, exp_dir: str, config_hash: str) -> None:
-    """Mark `exp_dir` as created by raybench, before Tune writes anything into it."""
-    import datetime
-
-    stamp = {"owner": "raybench", "experiment": exp_dir.rstrip("/").rsplit("/", 1)[-1], "config_hash": config_hash,
-             "token": secrets.token_hex(16), "host": socket.gethostname(),
-             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
-    fs.create_dir(exp_dir, recursive=True)
-    with fs.open_output_stream(fs_join(exp_dir, OWNER_STAMP)) as out:
-        out.write((json.dumps(stamp, indent=2, sort_keys=True) + "\n").encode())
+def stack_key(cell_ids: list[str]) -> str:
+    """The key of the cells one in-trial checkpoint trains (the unfinished cells of one stack)."""
+    return "\n".join(cell_ids)
 
 
-def check_owner_stamp(fs, exp_dir: str, shown: str | None = None) -> None:
-    """Refuse to restore (= unpickle) a Tune experiment folder that raybench's owner stamp does not mark as its own.
+def earlier_checkpoints(fs, experiments: list[Experiment]) -> dict[str, str]:
+    """stack key -> path of the newest in-trial checkpoint of those cells in `experiments` (one config's).
 
-    `shown`: how to name the folder to the user (e.g. its s3:// URI)."""
+    Only each checkpoint's state.json is read, as JSON; a folder without both state files (an older raybench's,
+    or one cut short by a kill) is skipped."""
     from pyarrow import fs as pafs
 
-    path = fs_join(exp_dir, OWNER_STAMP)
-    stamp = None
-    if fs.get_file_info(path).type == pafs.FileType.File:
-        with fs.open_input_stream(path) as f, contextlib.suppress(ValueError):
-            stamp = json.loads(f.read().decode())
-    name = exp_dir.rstrip("/").rsplit("/", 1)[-1]
-    if not isinstance(stamp, dict) or stamp.get("owner") != "raybench" or stamp.get("experiment") != name:
-        raise UntrustedTuneState(
-            f"refusing to restore the Ray Tune experiment in {shown or exp_dir}: it has no valid raybench owner stamp "
-            f"({OWNER_STAMP}), so raybench did not create it (or an older raybench did). Restoring Tune state "
-            "unpickles it, which can run arbitrary code, so Tune state from an untrusted source must never be "
-            f"restored. Delete {shown or exp_dir} to start its trials fresh (finished cells are kept).")
+    best: dict[str, tuple[int, str]] = {}
+    for exp in experiments:
+        infos = fs.get_file_info(pafs.FileSelector(exp.path, recursive=True, allow_not_found=True))
+        files = {i.path: i for i in infos if i.type == pafs.FileType.File}
+        for path, info in files.items():
+            folder = path.rsplit("/", 1)[0]
+            if (info.base_name != STATE_JSON or not folder.rsplit("/", 1)[-1].startswith("checkpoint_")
+                    or fs_join(folder, STATE_TENSORS) not in files or (info.size or 0) > MAX_STATE_JSON):
+                continue
+            found = _summary(fs, path)
+            if found is not None and found[1] > best.get(found[0], (-1, ""))[0]:
+                best[found[0]] = (found[1], folder)
+    return {key: folder for key, (_, folder) in best.items()}
+
+
+def _summary(fs, path: str) -> tuple[str, int] | None:
+    """(stack key, step) of a state.json written by raybench.sae.trial_state.save_trial_state; None otherwise."""
+    try:
+        with fs.open_input_stream(path) as f:
+            meta = json.loads(f.read().decode())
+        entries = dict(meta["state"]["dict"])
+        ids, state = entries["cell_ids"], dict(entries["state"]["dict"])
+        step = state["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not (isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids) and isinstance(step, int)):
+        return None
+    return stack_key(ids), step
+
+
+def earlier_state(config: dict[str, Any], cell_ids: list[str]) -> dict | None:
+    """In a trial: the training state of `cell_ids` from an earlier experiment's checkpoint (the driver found it:
+    `earlier_checkpoints`), read as safetensors + JSON; None when there is none or it cannot be read."""
+    folder = (config.get(RESUME_KEY) or {}).get(stack_key(cell_ids))
+    if not folder:
+        return None
+    remote = config.get("remote_uri")
+    try:
+        if remote:
+            from raybench.storage import arrow_filesystem
+
+            fs = arrow_filesystem(f"{remote.rstrip('/')}/tune").fs
+        else:
+            from pyarrow import fs as pafs
+
+            fs = pafs.LocalFileSystem()
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in (STATE_JSON, STATE_TENSORS):
+                with fs.open_input_stream(fs_join(folder, name)) as src, open(f"{tmp}/{name}", "wb") as dst:
+                    dst.write(src.read())
+            loaded = load_trial_state(tmp)
+    except Exception as err:  # a damaged checkpoint costs the steps it held, not the trial
+        log.warning("cannot read the earlier checkpoint %s (%s); its cells train from step 0", folder,
+                    type(err).__name__)
+        return None
+    if not isinstance(loaded, dict) or loaded.get("cell_ids") != list(cell_ids):
+        return None
+    return loaded.get("state")

@@ -109,8 +109,8 @@ def _mtimes(layout: RunLayout, cell_ids) -> dict[str, int]:
 
 
 def test_a_rerun_trains_deleted_cells_and_stacks_the_restored_experiment_never_had(encoded, tmp_path):
-    """Tuner.restore only reruns the restored experiment's own unfinished trials: what is still missing after it
-    (a cell deleted after a finished grid, stacks added since) must run as a new experiment."""
+    """No Tune experiment is restored: what is still missing (a cell deleted after a finished grid, stacks added
+    since) runs as a new experiment, and finished cells are not retrained."""
     cfg = _small_grid(_fresh(encoded, tmp_path, trial_unit="stack"))  # a 2-seed stack per model
     layout = RunLayout.at(cfg.run_dir)
     first = run_grid(cfg, only_models=("csfm",))
@@ -119,13 +119,13 @@ def test_a_rerun_trains_deleted_cells_and_stacks_the_restored_experiment_never_h
     shutil.rmtree(layout.cell_dir(gone))
     kept = _mtimes(layout, [c for c in first["cell_id"] if c != gone])
 
-    table = run_grid(cfg)  # the finished experiment is restored; the deleted cell and ecg_fm run as a new one
+    table = run_grid(cfg)  # the deleted cell and ecg_fm run as a new experiment
     assert len(table) == 4 and (table["status"] == "ok").all(), table["status"].tolist()
     assert layout.cell_dir(gone).exists()
     assert _mtimes(layout, kept) == kept, "finished cells were retrained"
     assert len([p for p in layout.tune_dir.glob("grid-*") if p.is_dir()]) == 2
 
-    gone = table.loc[table["model"] == "ecg_fm", "cell_id"].iloc[-1]  # now the newest experiment is restored
+    gone = table.loc[table["model"] == "ecg_fm", "cell_id"].iloc[-1]
     shutil.rmtree(layout.cell_dir(gone))
     kept = _mtimes(layout, [c for c in table["cell_id"] if c != gone])
     again = run_grid(cfg)
@@ -178,9 +178,11 @@ def test_trial_checkpoints_hold_no_pickle_and_resume_exactly(tmp_path, sampler, 
         assert torch.equal(getattr(resumed.sae, name), getattr(full.sae, name))
 
 
-def test_grid_checkpoints_are_tensors_and_json_and_unstamped_tune_state_is_not_restored(encoded, tmp_path):
-    """Restoring a Tune experiment unpickles it: a folder raybench did not stamp as its own is refused."""
+def test_grid_checkpoints_are_tensors_and_json_and_planted_tune_state_is_never_unpickled(encoded, tmp_path):
+    """Tune's experiment state (tuner.pkl, trial pickles) travels with the run folder, and any owner stamp beside
+    it can be copied: a rerun must resume from raybench's own pickle-free state and unpickle nothing it finds."""
     import json
+    import pickle
 
     from safetensors import safe_open
 
@@ -196,19 +198,26 @@ def test_grid_checkpoints_are_tensors_and_json_and_unstamped_tune_state_is_not_r
         with safe_open(str(ck / "state.safetensors"), framework="pt") as f:
             assert list(f.keys())
 
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return exec, (f"open({str(marker)!r}, 'w').write('ran')",)
+
     (exp,) = layout.tune_dir.glob("grid-*")
-    (exp / "raybench_owner.json").unlink(missing_ok=True)  # e.g. a tune/ folder copied from elsewhere
+    planted = exp.with_name(f"{exp.name}-7")  # the newest experiment of the config, as a copied folder would be
+    shutil.copytree(exp, planted)
+    for folder in (exp, planted):  # a forged owner stamp (copied, or written by hand) beside a malicious pickle
+        (folder / "raybench_owner.json").write_text(json.dumps(
+            {"owner": "raybench", "experiment": folder.name, "config_hash": cfg.config_hash(), "token": "0" * 32}))
+        (folder / "tuner.pkl").write_bytes(pickle.dumps(Payload()))
     gone = table["cell_id"].iloc[0]
     shutil.rmtree(layout.cell_dir(gone))
-    with pytest.raises(RuntimeError, match="owner stamp") as err:
-        run_grid(cfg, only_models=("csfm",))
-    assert str(exp) in str(err.value) and "untrusted" in str(err.value) and f"Delete {exp}" in str(err.value)
-    assert type(err.value).__name__ == "UntrustedTuneState"
-    assert not layout.cell_dir(gone).exists()
-    shutil.rmtree(exp)  # what the message says: the rerun starts that experiment fresh, finished cells kept
     kept = _mtimes(layout, [c for c in table["cell_id"] if c != gone])
     again = run_grid(cfg, only_models=("csfm",))
-    assert (again["status"] == "ok").all() and _mtimes(layout, kept) == kept
+    assert not marker.exists(), "a planted tuner.pkl was unpickled"
+    assert (again["status"] == "ok").all() and layout.cell_dir(gone).exists(), again["status"].tolist()
+    assert _mtimes(layout, kept) == kept, "finished cells were retrained"
 
 
 def _trial_pids(layout: RunLayout) -> set[int]:
@@ -231,23 +240,3 @@ def test_reused_trial_processes_run_one_trial_after_another(encoded, tmp_path):
     layout = RunLayout.at(cfg.run_dir)
     assert len(list(layout.tune_dir.glob("*/*/result.json"))) == 2
     assert len(_trial_pids(layout)) == 1
-
-
-def test_a_restored_trial_whose_checkpoint_is_gone_is_pending_not_failed():
-    """A driver killed between Tune deleting a trial's previous checkpoint and saving its experiment state leaves
-    a restored trial pointing at nothing: its cells must train afresh, not be reported failed."""
-    from types import SimpleNamespace
-
-    from raybench.sae.cells import CellSpec
-    from raybench.sae.grid import LOST_CHECKPOINT, trial_errors
-
-    def result(expansion: int, error):
-        cell = CellSpec(model="csfm", q=1.0, layer=1, n_layers=2, d=8, arm="primary", expansion=expansion,
-                        n_latents=8 * expansion, k=1, seed=4311)
-        return SimpleNamespace(error=error, config={"stacks": [[cell.to_dict()]]})
-
-    lost = RuntimeError(f"ValueError: {LOST_CHECKPOINT}. Got storage fs type `local` and path: /x")
-    results = [result(1, lost), result(2, RuntimeError("boom")), result(3, None)]
-    assert len(trial_errors(results, credentialed=False)) == 2  # a fresh experiment: every error counts
-    kept = trial_errors(results, credentialed=False, lost_checkpoint_ok=True)  # after a restore
-    assert len(kept) == 1 and "boom" in next(iter(kept.values()))
