@@ -50,6 +50,11 @@ SCRIPT = """<script>
 </script>"""
 
 
+def _e(value: Any) -> str:
+    """Any value from index.json or run.yaml as HTML text: a run folder may come from someone else."""
+    return html.escape(str(value))
+
+
 def _img(rel: str, alt: str, cls: str = "") -> str:
     return (f'<img class="{cls}" loading="lazy" alt="{html.escape(alt)}" data-src="{html.escape(PREFIX + rel)}" '
             'onload="this.dataset.loaded=\'1\'">')
@@ -59,14 +64,14 @@ def _record(pick: dict[str, Any], concept: str) -> str:
     value = "–" if pick.get("value") is None else f"{pick['value']:.4g}"
     alt = f"record {pick['ecg_id']}"
     return (f"<figure class='fd-rec'>{_img(pick['image'], alt)}<figcaption>"
-            f"<b>{html.escape(KIND_LABELS.get(pick['kind'], pick['kind']))}</b>: record {pick['ecg_id']}, "
+            f"<b>{_e(KIND_LABELS.get(pick['kind'], pick['kind']))}</b>: record {_e(pick['ecg_id'])}, "
             f"activation {pick['activation']:.3f}, {html.escape(concept)} = {value}</figcaption></figure>")
 
 
 def _concept_block(model: dict[str, Any], c: dict[str, Any]) -> str:
-    head = (f"<h3>{html.escape(model['label'])} · {html.escape(c['concept'])}: latent {c['latent']}</h3>"
+    head = (f"<h3>{_e(model['label'])} · {_e(c['concept'])}: latent {_e(c['latent'])}</h3>"
             f"<p class='note'>r = {c['r']:+.3f} on the test split (the value behind the cell's accessibility), "
-            f"fires on {c['firing_rate']:.1%} of {model['n_test']} test records.</p>")
+            f"fires on {c['firing_rate']:.1%} of {_e(model['n_test'])} test records.</p>")
     return (f"<div class='fd' hidden data-model='{html.escape(model['model'])}' "
             f"data-concept='{html.escape(c['concept'])}'>{head}{_img(c['panel'], c['concept'] + ' panel', 'fd-panel')}"
             + "".join(_record(p, c["concept"]) for p in c["picks"]) + "</div>")
@@ -74,17 +79,17 @@ def _concept_block(model: dict[str, Any], c: dict[str, Any]) -> str:
 
 def _unexplained_block(model: dict[str, Any], threshold: str) -> str:
     rows = "".join(
-        f"<tr><td>{u['latent']}</td><td>{u['firing_rate']:.1%}</td><td>{html.escape(u['best_concept'])}</td>"
-        f"<td>{u['best_r']:+.3f}</td><td>{u['ecg_id']}</td><td>{u['activation']:.3f}</td></tr>"
+        f"<tr><td>{_e(u['latent'])}</td><td>{u['firing_rate']:.1%}</td><td>{_e(u['best_concept'])}</td>"
+        f"<td>{u['best_r']:+.3f}</td><td>{_e(u['ecg_id'])}</td><td>{u['activation']:.3f}</td></tr>"
         for u in model["unexplained"])
     figs = "".join(f"<figure class='fd-rec'>{_img(u['image'], 'record ' + str(u['ecg_id']))}<figcaption>latent "
-                   f"{u['latent']}: its strongest record {u['ecg_id']} (activation {u['activation']:.3f})"
+                   f"{_e(u['latent'])}: its strongest record {_e(u['ecg_id'])} (activation {u['activation']:.3f})"
                    "</figcaption></figure>" for u in model["unexplained"][:3])
     table = ("<table class='tbl'><tr><th>latent</th><th>firing rate</th><th>closest concept</th><th>r</th>"
              f"<th>top record</th><th>activation</th></tr>{rows}</table>") if rows else "<p>None.</p>"
     return (f"<div class='fd' hidden data-model='{html.escape(model['model'])}'><h3>Frequent latents that no "
-            f"concept explains ({html.escape(model['label'])})</h3><p class='note'>The most frequently firing "
-            f"latents on the test split whose |r| with every concept stays below {threshold} and that no concept "
+            f"concept explains ({_e(model['label'])})</h3><p class='note'>The most frequently firing "
+            f"latents on the test split whose |r| with every concept stays below {_e(threshold)} and that no concept "
             f"selected.</p>{table}{figs}</div>")
 
 
@@ -106,8 +111,8 @@ def features_body(ctx: Context) -> str:
     opts_c = "".join(f"<option value='{html.escape(c)}'>{html.escape(c)}</option>" for c in concepts)
     cells = ", ".join(f"{html.escape(m['label'])}: <code>{html.escape(m['cell']['cell_id'])}</code>" for m in models)
     out = [f"<p class='intro'>What each concept's selected latent responds to, in one cell per model (E = "
-           f"{choice.get('expansion')}, depth q = {choice.get('depth')}, "
-           + (f"seed {choice['seed']}" if choice.get("seed") is not None else "lowest seed")
+           f"{_e(choice.get('expansion'))}, depth q = {_e(choice.get('depth'))}, "
+           + (f"seed {_e(choice['seed'])}" if choice.get("seed") is not None else "lowest seed")
            + f"; {cells}): the top-activating test records on ECG paper (25 mm/s, 10 mm/mV), records near the "
            "median and near zero activation for contrast, the activation histogram and activation against the "
            "concept's raw value. Choose a model and a concept; images load when shown.</p>",
