@@ -21,7 +21,7 @@ import click
 
 from raybench import progress
 from raybench.analysis.analyze_stage import ANALYZE_STAGE, analyze_stage
-from raybench.atomic import read_json, write_json, write_text
+from raybench.atomic import write_json, write_text
 from raybench.cohorts.stage import COHORT_STAGE, MANIFEST_STAGE
 from raybench.config import ConfigError, RunConfig, dump_run_config, from_dict, load_run_config
 from raybench.encoders.stage import ENCODE_STAGE
@@ -83,10 +83,9 @@ def write_run_yaml(cfg: RunConfig, drop_model: bool = False) -> None:
     import raybench
 
     layout = RunLayout.at(cfg.run_dir)
-    from raybench.run_changes import RunChangeError, check_change, new_stamp
+    from raybench.run_changes import RunChangeError, check_change, new_stamp, read_stamp, stamp_line
 
-    stamp = layout.root / "config_hash.json"
-    old = read_json(stamp) if stamp.exists() else None
+    old = read_stamp(layout.root)
     if old is not None and old.get("config_hash") != cfg.config_hash():
         try:
             recorded = recorded_run_config(layout.root)[0]
@@ -98,8 +97,10 @@ def write_run_yaml(cfg: RunConfig, drop_model: bool = False) -> None:
             raise PipelineError(str(err)) from None
     provenance = (f"# raybench {raybench.__version__}, python {platform.python_version()}, ray {version('ray')}, "
                   f"torch {version('torch')}\n# config_hash: {cfg.config_hash()}\n")
-    write_text(layout.run_yaml, provenance + dump_run_config(cfg))
-    write_json(stamp, new_stamp(old, cfg))
+    stamp = new_stamp(old, cfg)
+    # one atomic write records config and stamp together; config_hash.json after it is a copy for older readers
+    write_text(layout.run_yaml, provenance + stamp_line(stamp) + dump_run_config(cfg))
+    write_json(layout.root / STAMP, stamp)
 
 
 # ---------------------------------------------------------------- the run's own config (stage commands)
@@ -108,13 +109,15 @@ STAMP = "config_hash.json"
 
 
 def recorded_run_config(run_dir: str | Path) -> tuple[RunConfig | None, str | None]:
-    """The config recorded in `run_dir`/run.yaml (None when absent) and the run's config stamp: the hash in
-    config_hash.json (written beside run.yaml), else the hash of run.yaml's config; None when neither exists."""
+    """The config recorded in `run_dir`/run.yaml (None when absent) and the run's config stamp: the hash in the
+    stamp (run.yaml's `# stamp:` line, else config_hash.json: raybench.run_changes.read_stamp), else the hash of
+    run.yaml's config; None when neither exists."""
     from raybench.analysis.audit import read_run_yaml, run_section
+    from raybench.run_changes import read_stamp
 
     layout = RunLayout.at(run_dir)
-    stamp_path = layout.root / STAMP
-    stamp = str(read_json(stamp_path)["config_hash"]) if stamp_path.exists() else None
+    recorded = read_stamp(layout.root)
+    stamp = str(recorded["config_hash"]) if recorded is not None else None
     raw = read_run_yaml(layout.root)
     if raw is None:
         return None, stamp

@@ -5,10 +5,11 @@ holds. So a config that differs from the run's only in `protocol.grid.models` ma
 store already there: the encode stage then encodes only the new models, the train stage trains only their cells
 and the analyze stage re-runs over all models (its completion is "report newer than the cells table").
 
-The run's stamp (`config_hash.json`) records the current config hash, its `base_hash` (the config hash with the
-model list removed), the model list, and `compatible_hashes`: the earlier config hashes of this run, which differ
-from the current one only by the model list. A cell counts as trained under the current config when it records
-the current hash or one of those (raybench.sae.provenance). Any other change is refused, naming the keys.
+The run's stamp (a `# stamp:` line of run.yaml, copied to `config_hash.json`) records the current config hash,
+its `base_hash` (the config hash with the model list removed), the model list, and `compatible_hashes`: the earlier
+config hashes of this run, which differ from the current one only by the model list. A cell counts as trained under
+the current config when it records the current hash or one of those (raybench.sae.provenance). Any other change is
+refused, naming the keys.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from raybench.config import RunConfig
 from raybench.errors import RaybenchError
 
 STAMP = "config_hash.json"
+STAMP_LINE = "# stamp: "  # the stamp as one comment line of run.yaml: written with the config in one atomic rename
 MODELS_KEY = "protocol.grid.models"
 
 
@@ -102,12 +104,37 @@ def new_stamp(old: dict[str, Any] | None, cfg: RunConfig) -> dict[str, Any]:
             "compatible_hashes": sorted(earlier - {h})}
 
 
+def read_stamp(run_root: str | Path) -> dict[str, Any] | None:
+    """The run's stamp: the `# stamp:` line of run.yaml (written in one rename with the config it stamps), else
+    config_hash.json (run folders of an older raybench, which wrote only that); None when there is neither.
+
+    config_hash.json is still written after run.yaml, as a copy: a kill between the two leaves it stale, never
+    the record, so a rerun is not refused for a config change that was accepted."""
+    root = Path(run_root)
+    try:
+        text = (root / "run.yaml").read_text()
+    except FileNotFoundError:
+        text = ""
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break  # only the header comments
+        if line.startswith(STAMP_LINE):
+            stamp = json.loads(line[len(STAMP_LINE):])
+            return stamp if isinstance(stamp, dict) else None
+    path = root / STAMP
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def stamp_line(stamp: dict[str, Any]) -> str:
+    """The `# stamp:` header line of run.yaml for `stamp` (new_stamp)."""
+    return f"{STAMP_LINE}{json.dumps(stamp, sort_keys=True)}\n"
+
+
 def compatible_hashes(run_root: str | Path, config_hash: str) -> frozenset[str]:
     """The config hashes a cell of this run may record to count as trained under `config_hash`: that hash, and the
     run's earlier ones (same config but the model list) when its stamp is at `config_hash`."""
-    path = Path(run_root) / STAMP
     try:
-        stamp = json.loads(path.read_text())
+        stamp = read_stamp(run_root)
     except (OSError, ValueError):
         return frozenset({config_hash})
     if not isinstance(stamp, dict) or stamp.get("config_hash") != config_hash:

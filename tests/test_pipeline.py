@@ -298,3 +298,55 @@ def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_
     assert not _encode_complete(cfg), "stores of the old manifest"
     with pytest.raises(StoreError, match="raybench encode"):
         run_grid(cfg)
+
+
+# ---------------------------------------------------------------- run.yaml + its stamp: one atomic write
+
+def test_a_kill_between_run_yaml_and_config_hash_json_does_not_block_the_rerun(tmp_path, monkeypatch):
+    """Adding a model rewrites run.yaml and its stamp; a kill after run.yaml but before config_hash.json must leave a
+    run folder the same command (and every stage command) accepts, with the earlier hash still compatible."""
+    import json
+
+    import raybench.pipeline as pl
+    from raybench.run_changes import compatible_hashes
+
+    cfg = small_config(tmp_path / "run")
+    RunLayout.at(cfg.run_dir).root.mkdir(parents=True)
+    pl.write_run_yaml(cfg)
+    more = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid,
+                                                                        models=(*cfg.protocol.grid.models, "st_mem"))))
+    real = pl.write_json
+
+    def killed(path, obj):
+        if Path(path).name == pl.STAMP:
+            raise KeyboardInterrupt("killed between run.yaml and config_hash.json")
+        real(path, obj)
+
+    monkeypatch.setattr(pl, "write_json", killed)
+    with pytest.raises(KeyboardInterrupt):
+        pl.write_run_yaml(more)
+    monkeypatch.setattr(pl, "write_json", real)
+    assert json.loads((Path(cfg.run_dir) / pl.STAMP).read_text())["config_hash"] == cfg.config_hash()  # stale copy
+
+    assert pl.recorded_run_config(cfg.run_dir) == (more, more.config_hash())
+    assert pl.stage_config(cfg.run_dir, None) == more  # a stage command reads the run's own config
+    pl.write_run_yaml(more)  # the rerun of the same `raybench grid --config`
+    assert json.loads((Path(cfg.run_dir) / pl.STAMP).read_text())["config_hash"] == more.config_hash()
+    assert compatible_hashes(cfg.run_dir, more.config_hash()) == {cfg.config_hash(), more.config_hash()}
+
+
+def test_a_run_folder_of_an_older_raybench_is_read_from_config_hash_json(tmp_path):
+    """Older run folders have run.yaml without the `# stamp:` line, and config_hash.json: both still count."""
+    import raybench.pipeline as pl
+    from raybench.run_changes import STAMP_LINE
+
+    cfg = small_config(tmp_path / "run")
+    layout = RunLayout.at(cfg.run_dir)
+    layout.root.mkdir(parents=True)
+    pl.write_run_yaml(cfg)
+    text = layout.run_yaml.read_text()
+    layout.run_yaml.write_text("".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith(STAMP_LINE)))
+    (layout.root / pl.STAMP).write_text('{"config_hash": "0123"}')
+    assert pl.recorded_run_config(cfg.run_dir)[1] == "0123"
+    with pytest.raises(pl.PipelineError, match="another config"):
+        pl.write_run_yaml(cfg)
