@@ -5,7 +5,7 @@ cluster (RAY_ADDRESS is set by Ray Jobs) instead of starting a local instance. C
 auth need RAY_AUTH_TOKEN in the laptop's environment (see cluster/README.md).
 
 Two things never leave the laptop by accident:
-- the token: it is sent only over https or to a loopback address (the port-forwarded dashboard); plain
+- the token: it is sent only over https or to a literal loopback address (the port-forwarded dashboard); plain
   http to any other host is refused unless --allow-insecure-http (or RAYBENCH_ALLOW_INSECURE_HTTP=1) says
   the network is trusted;
 - files: the job's working_dir is a staged copy of an allow-list (pyproject.toml, README.md, raybench/,
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import os
 import shlex
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -56,29 +58,42 @@ def auth_token() -> str | None:
     return None
 
 
-def _is_loopback(host: str) -> bool:
-    host = host.strip("[]").rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
+def _is_loopback_ip(text: str) -> bool:
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(text)
     except ValueError:
         return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def _is_loopback(host: str) -> bool:
+    """A literal loopback address (127.0.0.0/8, ::1), or exactly `localhost` while this machine resolves it to
+    loopback only (its hosts file). Not `*.localhost` or `localhost.`: most resolvers ask DNS for those."""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host.lower() != "localhost":
+        return _is_loopback_ip(host)
+    try:
+        answers = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    return bool(answers) and all(_is_loopback_ip(str(a[4][0]).split("%", 1)[0]) for a in answers)
 
 
 def check_transport(address: str, token: str | None, allow_insecure: bool = False) -> None:
-    """Refuse to send `token` in clear text: only https, or plain http to a loopback address (a port-forward).
-
-    An address without a scheme (host:port) is reached over http too. `auto`/`local` name the local cluster.
-    """
-    if not token or allow_insecure or address in ("auto", "local"):
+    """Refuse to send `token` in clear text: only https, or plain http to a literal loopback address (a
+    port-forward). An address without a scheme (host:port) is reached over http too; `auto`/`local` are
+    refused too (where they lead is read from files at connect time), so name the dashboard's address."""
+    if not token or allow_insecure:
         return
     parts = urlsplit(address if "://" in address else f"http://{address}")
-    if parts.scheme == "https" or _is_loopback(parts.hostname or ""):
+    if address not in ("auto", "local") and (parts.scheme == "https" or _is_loopback(parts.hostname or "")):
         return
     raise click.UsageError(
         f"refusing to send the cluster token over plain {parts.scheme}:// to {parts.hostname or address}: anyone on "
-        "the network path could read it and run code on the cluster. Use an https:// address, or forward the "
+        "the network path could read it and run code on the cluster (only https:// or a literal loopback address "
+        "such as 127.0.0.1 or [::1] is trusted). Use an https:// address, or forward the "
         f"dashboard and use {DEFAULT_ADDRESS} (cluster/README.md); if this network is trusted, pass "
         f"--allow-insecure-http (or set {INSECURE_ENV}=1). The token came from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
         "or ~/.ray/auth_token; RAY_AUTH_MODE=disabled sends none.")
@@ -133,6 +148,7 @@ def stage_working_dir(source: str | Path, args: tuple[str, ...] | list[str], des
         put(path, path.relative_to(source).as_posix())
 
     out = list(args)
+    staged: dict[str, Path] = {}  # config rel path -> the file it holds
     i = 0
     while i < len(out):
         arg, value, joined = out[i], None, False
@@ -146,15 +162,26 @@ def stage_working_dir(source: str | Path, args: tuple[str, ...] | list[str], des
             found = next((p.resolve() for p in candidates if p.is_file()), None)
             if found is not None:
                 rel = found.relative_to(source).as_posix() if source in found.parents \
-                    else f"{STAGED_CONFIGS}/{found.name}"
+                    else _staged_name(found, staged, copied)
                 if rel not in copied:
                     put(found, rel)
+                staged[rel] = found
                 if joined:
                     out[i] = f"--config={rel}"
                 else:
                     out[i + 1] = rel
         i += 1 if joined or value is None else 2
     return out, copied
+
+
+def _staged_name(found: Path, staged: dict[str, Path], copied: list[str]) -> str:
+    """Where a config from outside the working dir lands: _configs/<name>, or _configs/<n>/<name> when another
+    file already holds that name (two `run.yaml` from different folders must not share one copy)."""
+    for n in itertools.count(1):
+        rel = f"{STAGED_CONFIGS}/{found.name}" if n == 1 else f"{STAGED_CONFIGS}/{n}/{found.name}"
+        if staged.get(rel) == found or (rel not in staged and rel not in copied):
+            return rel
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

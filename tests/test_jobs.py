@@ -68,9 +68,28 @@ def test_a_token_is_not_sent_over_plain_http_to_another_host(address):
 
 
 @pytest.mark.parametrize("address", ["http://127.0.0.1:8265", "http://localhost:8265", "http://[::1]:8265",
-                                     "127.0.0.1:8265", "https://ray.example.org", "auto"])
+                                     "127.0.0.1:8265", "http://127.5.6.7:8265", "https://ray.example.org"])
 def test_a_token_may_go_to_loopback_or_https(address):
     jobs.check_transport(address, "s3cret")
+
+
+@pytest.mark.parametrize("address", ["http://ray.localhost:8265", "http://evil.localhost:8265", "http://localhost.:8265",
+                                     "auto", "local", "http://127.1:8265", "http://127.0.0.1.nip.io:8265",
+                                     "http://0x7f000001:8265", "http://127.0.0.1@10.0.0.5:8265"])
+def test_only_literal_loopback_addresses_skip_the_plain_http_check(address):
+    """A name that only *may* resolve to loopback (`*.localhost` goes to DNS on most resolvers; `auto` reads the
+    cluster's address file) could send the token across the network: only literal loopback addresses pass."""
+    with pytest.raises(click.UsageError, match="refusing to send the cluster token"):
+        jobs.check_transport(address, "s3cret")
+
+
+def test_localhost_passes_only_while_it_resolves_to_loopback(monkeypatch):
+    import socket
+
+    answer = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", 8265))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: answer)
+    with pytest.raises(click.UsageError, match="refusing to send the cluster token"):
+        jobs.check_transport("http://localhost:8265", "s3cret")
 
 
 def test_plain_http_is_fine_without_a_token_or_with_the_opt_in():
@@ -193,3 +212,22 @@ def test_config_files_outside_the_working_dir_are_staged_and_the_argument_rewrit
     assert res.exit_code == 0 and fake_ray.made[-1]["uploaded"] == ["run.yaml"], res.output
     with pytest.raises(click.UsageError, match="--include"):
         jobs.stage_working_dir(proj, [], tmp_path / "stage", include=("../elsewhere",))
+
+
+def test_two_config_files_with_one_name_are_staged_apart(tmp_path, monkeypatch):
+    """`--config a/run.yaml ... --config b/run.yaml` from outside the working dir: each argument reads its own file."""
+    proj = _project(tmp_path / "proj")
+    paths = []
+    for name, text in (("a", "preset: demo\n"), ("b", "preset: paper\n"), ("c", "preset: demo\n")):
+        (tmp_path / name).mkdir()
+        paths.append(tmp_path / name / "run.yaml")
+        paths[-1].write_text(text)
+    monkeypatch.chdir(tmp_path)
+    args = ["grid", "--config", str(paths[0]), f"--config={paths[1]}", "--config", str(paths[2]), "--config",
+            str(paths[0])]
+    out, copied = jobs.stage_working_dir(proj, args, tmp_path / "stage")
+    staged = [out[2], out[3].split("=", 1)[1], out[5], out[7]]
+    assert staged[0] == "_configs/run.yaml" and staged[3] == staged[0]  # one file named twice: one copy
+    assert len(set(staged[:3])) == 3 and all(s in copied for s in staged)
+    for rel, src in zip(staged, [*paths, paths[0]], strict=True):
+        assert (tmp_path / "stage" / rel).read_text() == src.read_text(), rel
