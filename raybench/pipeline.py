@@ -205,7 +205,7 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allo
     plain lines through it). Ray starts only before the first stage with work, so a complete run never starts it.
     allow_incomplete: analyze a grid with missing or failed cells (refused otherwise; see `raybench analyze`).
     drop_model: accept a config whose grid.models lacks models of the run folder (raybench.run_changes)."""
-    from raybench.storage import check_writable, is_remote, local_mirror, sync_down, sync_up
+    from raybench.storage import check_writable, is_remote, local_mirror, sync_down
 
     cfg.validate()
     stages = [analyze_stage(allow_incomplete=True) if allow_incomplete and s.name == "analyze" else s
@@ -218,14 +218,24 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allo
     for stage in stages:  # every stage's external inputs, before Ray starts or anything is written
         stage.check(cfg)
     check_writable(cfg.run_dir)
-    remote = cfg.run_dir if is_remote(cfg.run_dir) else None
-    if remote:
-        mirror = local_mirror(remote)
-        sync_down(remote, mirror)
-        cfg = replace(cfg, run_dir=str(mirror))
-    layout = RunLayout.at(cfg.run_dir)
-    layout.root.mkdir(parents=True, exist_ok=True)
-    write_run_yaml(cfg, drop_model=drop_model)
+    from raybench.run_lock import run_lock
+
+    with run_lock(cfg.run_dir, "grid"):  # one writer per run folder (or s3:// prefix); released on any exit
+        remote = cfg.run_dir if is_remote(cfg.run_dir) else None
+        if remote:
+            mirror = local_mirror(remote)
+            sync_down(remote, mirror)
+            cfg = replace(cfg, run_dir=str(mirror))
+        layout = RunLayout.at(cfg.run_dir)
+        layout.root.mkdir(parents=True, exist_ok=True)
+        write_run_yaml(cfg, drop_model=drop_model)
+        return _run_stages(cfg, stages, remote, layout, reporter, echo)
+
+
+def _run_stages(cfg: RunConfig, stages: list[Stage], remote: str | None, layout: RunLayout,
+                reporter: progress.Reporter | None, echo: Callable[[str], None] | None) -> dict[str, float]:
+    """The stage sequence of run_pipeline, under the run's lock; a remote run syncs up after each stage."""
+    from raybench.storage import sync_up
 
     def start_ray(stage: Stage) -> None:
         if stage.name not in RAY_FREE:

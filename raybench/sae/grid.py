@@ -45,8 +45,20 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
 
     With `remote_uri` (an s3:// run folder mirrored at cfg.run_dir) trials on any node fetch their
     activation store from it and upload each finished cell, and Tune keeps its state there too.
+    Two drivers on one run folder would replace each other's cells: the run's lock refuses the second
+    (raybench.run_lock; `raybench grid` already holds it).
     """
+    from raybench.run_lock import run_lock
 
+    with run_lock(remote_uri or cfg.run_dir, "train"):
+        return _run_grid(cfg, dims, fail_once_dir=fail_once_dir, only_models=only_models, verbose=verbose,
+                         remote_uri=remote_uri, hold_dir=hold_dir)
+
+
+def _run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None, *, fail_once_dir: str | None,
+              only_models: tuple[str, ...] | None, verbose: int, remote_uri: str | None,
+              hold_dir: str | None) -> pd.DataFrame:
+    """run_grid under the run's lock."""
     from raybench.ray_session import init_ray
 
     init_ray(cfg.resources)
