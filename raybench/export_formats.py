@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ from raybench.errors import RaybenchError
 from raybench.paths import RunLayout
 
 FORMATS = ("saelens", "safetensors")
+# CellSpec.cell_id (raybench/sae/cells.py): <model>-q<depth x 100, 3 digits>-E<expansion, 2+ digits>-<arm>-s<seed>.
+# It names a folder under --to, so no slash and no leading dot can pass.
+CELL_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*-q\d{3}-E\d{2,}-(?:primary|sensitivity)-s\d+")
 
 
 class FormatExportError(RaybenchError):
@@ -221,6 +225,21 @@ def select_cells(cells: pd.DataFrame, patterns: tuple[str, ...]) -> list[str]:
     return ids
 
 
+def checked_cell(layout: RunLayout, cell_id: str, cell_dir: str, dest: Path) -> Path:
+    """The cell's folder, after checking what tables/cells.parquet says (a table can be edited, or come from
+    elsewhere): the id is one raybench writes, so `dest / cell_id` stays in `dest`, and the folder lies under
+    the run's cells/."""
+    fix = "restore the run's tables/cells.parquet (or rerun `raybench grid`), then export again"
+    if not CELL_ID.fullmatch(cell_id) or (dest / cell_id).resolve().parent != dest.resolve():
+        raise FormatExportError(f"{layout.cells_table}: cell_id {cell_id!r} is not a raybench cell id "
+                                f"(<model>-qNNN-ENN-<arm>-s<seed>, no path separators): {fix}")
+    folder = (layout.root / cell_dir).resolve()
+    if layout.cells_dir.resolve() not in folder.parents:
+        raise FormatExportError(f"{layout.cells_table}: cell {cell_id} has cell_dir {cell_dir!r}, outside the run's "
+                                f"cells/ folder: {fix}")
+    return folder
+
+
 def model_card(row: dict[str, Any], cfg: dict[str, Any], run: dict[str, Any], cis: dict[str, tuple],
                conversion: Conversion | None, fmt: str, metrics: dict[str, Any]) -> str:
     """README.md of an exported cell."""
@@ -289,7 +308,7 @@ def export_cells(run_dir: str | Path, dest: str | Path, patterns: tuple[str, ...
     with atomic_dir(dest) as tmp:
         for cell_id in select_cells(cells, patterns):
             row = {"cell_id": cell_id, **rows.loc[cell_id].to_dict()}
-            cell_dir = layout.root / str(row["cell_dir"])
+            cell_dir = checked_cell(layout, cell_id, str(row["cell_dir"]), tmp)
             sae, normalizer, cfg = _cell_arrays(cell_dir)
             metrics = load_cell_metrics(cell_dir)
             cis = cell_cis(cell_dir / "patient_stats.npz", inf.patient_draws, inf.seed, inf.chunk_draws,

@@ -4,18 +4,24 @@ loading it, the model card's bootstrap CIs, and the command's options."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
+from fake_run import small_protocol, write_fake_run
 
+from raybench.atomic import write_json, write_table
 from raybench.cli import main
 from raybench.export_formats import (
+    CELL_ID,
     FormatExportError,
     batchtopk_threshold,
     cell_cis,
+    export_cells,
     fold_normalization,
     measure_conversion,
     per_record_topk,
@@ -23,6 +29,8 @@ from raybench.export_formats import (
     threshold_codes,
     write_saelens,
 )
+from raybench.paths import RunLayout
+from raybench.sae.cells import build_cells
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE
 from raybench.sufficient_stats import paired_corr
 
@@ -133,3 +141,58 @@ def test_select_cells_and_command_options(tmp_path):
     res = CliRunner().invoke(main, ["export", "--run-dir", str(tmp_path), "--to", str(tmp_path / "o"),
                                     "--cells", "a-*"])
     assert res.exit_code == 2 and "--format saelens|safetensors only" in res.output
+
+
+def _write_cell(folder: Path, d: int = 4, n: int = 8, k: int = 2) -> None:
+    """The cell files the safetensors export reads (weights, cfg.json, metrics.json, patient_stats.npz)."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    save_file({"W_enc": rng.normal(size=(n, d)).astype(np.float32), "b_enc": np.zeros(n, np.float32),
+               "W_dec": rng.normal(size=(d, n)).astype(np.float32), "b_dec": np.zeros(d, np.float32),
+               "norm_mean": np.zeros(d, np.float32), "norm_std": np.ones(d, np.float32)},
+              str(folder / "sae.safetensors"))
+    write_json(folder / "cfg.json", {"d": d, "n_latents": n, "k": k})
+    write_json(folder / "metrics.json", {"val_r2": 0.9})
+    p = 6
+    np.savez(folder / "patient_stats.npz", n=np.ones(p), sse=rng.random(p), sst=1 + rng.random(p),
+             corr=rng.normal(size=(p, 2, 5)))
+
+
+def test_cell_ids_match_what_the_grid_writes():
+    from raybench.config import ModelDims
+
+    cells = build_cells(small_protocol(), {m: ModelDims(d=16, n_layers=12) for m in small_protocol().grid.models})
+    assert cells and all(CELL_ID.fullmatch(c.cell_id) for c in cells)
+    for bad in ("../x-q100-E08-primary-s1", "a/b-q100-E08-primary-s1", ".-q100-E08-primary-s1", "x", "",
+                "/abs-q100-E08-primary-s1", "ecg_fm-q100-E08-primary-s1/../.."):
+        assert not CELL_ID.fullmatch(bad), bad
+
+
+@pytest.mark.parametrize("field", ["cell_id", "cell_dir"])
+def test_cells_table_cannot_steer_the_export_outside_its_folders(tmp_path, field):
+    """A cells.parquet edited to name `../` paths: refused, naming the cell, and nothing is written or read
+    outside --to and the run's cells/ folder."""
+    root = write_fake_run(tmp_path / "run", small_protocol(), tables=("cells",))
+    layout = RunLayout.at(root)
+    cells = pd.read_parquet(layout.cells_table)
+    first = cells.index[cells.status == "ok"][0]
+    good = cells.loc[first, "cell_id"]
+    _write_cell(root / cells.loc[first, "cell_dir"])
+    (folder,) = export_cells(root, tmp_path / "a" / "ok", (good,), "safetensors")
+    assert folder == tmp_path / "a" / "ok" / good and (folder / "sae.safetensors").is_file()
+
+    if field == "cell_id":
+        bad = cells.loc[first, "cell_id"] = "../../escaped-q100-E08-primary-s1"
+        pattern = bad
+    else:
+        _write_cell(tmp_path / "elsewhere")  # a cell folder outside the run
+        bad = cells.loc[first, "cell_dir"] = "cells/../../elsewhere"
+        pattern = good
+    write_table(layout.cells_table, cells)
+    with pytest.raises(FormatExportError, match=r"cells\.parquet: .*" + re.escape(repr(bad))):
+        export_cells(root, tmp_path / "a" / "b" / "to", (pattern,), "safetensors")
+    assert not list(tmp_path.rglob("escaped*")) and not (tmp_path / "a" / "b" / "to").exists()
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b", "ok"]
+    assert not list((tmp_path / "a" / "b").iterdir())
