@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "status": "raybench.jobs:status",
     "logs": "raybench.jobs:logs",
     "stop": "raybench.jobs:stop",
+    "cluster": "raybench.cluster_cli:cluster",
     "export": "raybench.export:export",
     "features": "raybench.analysis.features.cli:features",
     "checkpoint": "raybench.encoders.checkpoint_cli:checkpoint",
