@@ -136,11 +136,14 @@ class EncoderConfig:
     """Fewest encoder actors of the extraction pool (speed only)."""
     max_actors: int = 1
     """Most encoder actors of the extraction pool (speed only)."""
+    stall_timeout_s: float = 900.0
+    """Seconds an extraction may go without progress (no free CPU/GPU for its actors or loading tasks, e.g. a
+    node that never comes) before it fails with a message saying so, instead of waiting forever."""
 
     def validate(self) -> None:
         check_choices(self, "encoders")
         _check_gpu_share(self.num_gpus, "encoders.num_gpus")
-        check_positive(self, "encoders", "batch_size", "min_actors", "max_actors")
+        check_positive(self, "encoders", "batch_size", "min_actors", "max_actors", "stall_timeout_s")
         if self.min_actors > self.max_actors:
             raise ConfigError("encoders.min_actors must be <= encoders.max_actors")
 
@@ -377,7 +380,7 @@ class RunConfig:
         """What determines results (protocol, cohort, encoders), not where or how fast: what config_hash hashes."""
         payload = {k: to_dict(getattr(self, k)) for k in ("protocol", "cohort", "encoders")}
         payload["encoders"] = {k: v for k, v in payload["encoders"].items()
-                               if k not in ("batch_size", "num_gpus", "min_actors", "max_actors")}
+                               if k not in ("batch_size", "num_gpus", "min_actors", "max_actors", "stall_timeout_s")}
         return payload
 
     def config_hash(self) -> str:

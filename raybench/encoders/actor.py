@@ -13,15 +13,18 @@ import torch
 from raybench.cohorts.waveforms import RecordError, Waveform
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder
 from raybench.encoders.loading import Builder, ExtractionError, _preprocessor, apply_preprocess, load_batch, read_input
+from raybench.encoders.roster import sign_or_exit
 
 
 class EncoderActor:
     """Ray Data actor UDF: builds the frozen encoder once, then maps native inputs to pooled layer states."""
 
     def __init__(self, spec: EncoderSpec, layers: Sequence[int], builder: Builder | None = None,
-                 cpu_threads: int | None = None, shared: list | None = None, load: dict | None = None):
+                 cpu_threads: int | None = None, shared: list | None = None, load: dict | None = None,
+                 roster=None):
         import ray
 
+        sign_or_exit(roster)  # the driver ends this actor with its pipeline (raybench.encoders.roster)
         # `load`: load_batch's keyword arguments when this actor also loads its records (the CPU path: one
         # actor per core loads and encodes, instead of Ray Data fusing a separate loading step into it)
         self.load = load
@@ -61,9 +64,10 @@ class MultiEncoderActor:
 
     def __init__(self, specs: Sequence[EncoderSpec], layers: Sequence[Sequence[int]],
                  builders: Sequence[Builder | None], x_shapes: Sequence[tuple[int, ...]], root: str,
-                 cpu_threads: int | None = None, shared: list | None = None):
+                 cpu_threads: int | None = None, shared: list | None = None, roster=None):
         import ray
 
+        sign_or_exit(roster)  # see EncoderActor
         if cpu_threads:
             torch.set_num_threads(cpu_threads)
         self.specs, self.builders, self.x_shapes, self.root = list(specs), list(builders), list(x_shapes), root

@@ -65,14 +65,16 @@ __all__ = ["MANIFEST_COLUMNS", "Builder", "EncoderActor", "ExtractionError", "Ma
 def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.PathLike, spec: EncoderSpec,
                         enc_cfg: EncoderConfig, layers: Sequence[int] | None = None, progress: bool = True, *,
                         depths: Sequence[float] | None = None, builder: Builder | None = None,
-                        cpu_threads: int | None = None, resources: ResourceConfig | None = None) -> dict[str, Any]:
+                        cpu_threads: int | None = None, resources: ResourceConfig | None = None,
+                        credentialed: bool = False) -> dict[str, Any]:
     """Extract the pooled states of `layers` (or of the layers at relative `depths`; default all) into the store.
 
     Layers whose store is already complete for this manifest and encoder fingerprint are skipped; if all
     are, no Ray work runs. `builder` replaces `build_encoder` (tests, unregistered models); it is shipped
     to Ray workers, so it must be picklable. `cpu_threads`: torch threads of an actor that ended up on CPU
     (default: this node's cores shared by the actor pool). `resources` sizes an `auto` encoders.num_gpus
-    (raybench.resources). Returns a summary dict.
+    (raybench.resources). `credentialed`: the cohort's record identifiers must stay put, so a failure's text is
+    withheld (raybench.privacy). Returns a summary dict.
     """
     import ray
 
@@ -101,47 +103,31 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
     capacity = split_sizes(manifest.df)
     n_total = len(manifest.df)
     t0 = time.perf_counter()
-    ctx = ray.data.DataContext.get_current()
-    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
     extra = {"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint, "input_shape": list(x_shape),
              "fingerprint_key": fingerprint_key(spec) if builder is None else None}
     writers = {layer: store.writer(spec.name, layer, n_layers=n_layers, d=d, manifest_hash=manifest.manifest_hash,
                                    fingerprint=fingerprint, capacity=capacity, extra=extra) for layer in todo}
-    baseline = _free_resources()
-    failure: str | None = None
-    try:
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = progress
-        ds = _pipeline(manifest, spec, enc_cfg, todo, x_shape, builder, cpu_threads, shared)
-        sink = _Sink(spec.name, writers, todo, n_total)
+    sink = _Sink(spec.name, writers, todo, n_total)
+
+    def body(roster) -> tuple[pd.DataFrame, list[str]]:
+        ds = _pipeline(manifest, spec, enc_cfg, todo, x_shape, builder, cpu_threads, shared, roster)
         [quarantine] = _consume(ds, [sink], t0, progress)
-        devices, notes = sink.devices, sink.notes
         del ds
         _check_counts(spec.name, writers[todo[0]], capacity, quarantine)
         if len(quarantine):
             store.add_quarantine(spec.name, quarantine)
-        dirs = [str(writers[layer].finalize()) for layer in todo]
-    except Exception as err:  # re-raised below, once the failed pipeline's actors are released
-        failure = str(err) if isinstance(err, ExtractionError) else _describe(err)
-        del err
-    finally:
-        for w in writers.values():
-            w.abort()
-        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
-    if failure is not None:
-        # The Ray exception's traceback keeps the failed pipeline (and its actors, which hold CPUs and GPU
-        # shares) alive until a garbage collection happens to run; a rerun on a full node would then wait
-        # forever for its loading tasks. Drop those references now and wait until the resources are back.
-        _release_failed_pipeline(baseline)
-        raise ExtractionError(f"{spec.name}: extraction failed; no partial store was kept, rerun to finish "
-                              f"the remaining layers. Cause: {failure}")
+        return quarantine, [str(writers[layer].finalize()) for layer in todo]
+
+    quarantine, dirs = _run_pipeline(body, [spec.name], writers.values(), enc_cfg, progress, credentialed)
+    devices, notes = sink.devices, sink.notes
     return _finished(summary, n_total, len(todo), quarantine, devices, notes, dirs, time.perf_counter() - t0,
                      progress)
 
 
 def extract_models(manifest_path: str | os.PathLike, run_root: str | os.PathLike, specs: Sequence[EncoderSpec],
                    enc_cfg: EncoderConfig, progress: bool = True, *, depths: Sequence[float] | None = None,
-                   cpu_threads: int | None = None, resources: ResourceConfig | None = None) -> list[dict[str, Any]]:
+                   cpu_threads: int | None = None, resources: ResourceConfig | None = None,
+                   credentialed: bool = False) -> list[dict[str, Any]]:
     """`extract_activations` for several small encoders at once on CPU: one Ray Data pipeline whose actors hold
     every encoder still to write (MultiEncoderActor) and read each record once, instead of one pipeline, actor
     pool and record pass per model. Same stores (values, indices, quarantine) as the per-model path; when
@@ -168,7 +154,8 @@ def extract_models(manifest_path: str | os.PathLike, run_root: str | os.PathLike
     quiet_ray_logs()
     if any(with_encoder_gpus(enc_cfg, job[2], job[5], run_root, resources).num_gpus for job in jobs):
         return [extract_activations(manifest_path, run_root, spec, enc_cfg, progress=progress, depths=depths,
-                                    cpu_threads=cpu_threads, resources=resources) for spec in specs]
+                                    cpu_threads=cpu_threads, resources=resources, credentialed=credentialed)
+                for spec in specs]
     shared = [_put(job[2]) for job in jobs]  # None: an adapter that cannot be pickled is built in each actor
     capacity = split_sizes(manifest.df)
     n_total = len(manifest.df)
@@ -183,34 +170,23 @@ def extract_models(manifest_path: str | os.PathLike, run_root: str | os.PathLike
                                                                                                strict=True))]
     jobs = [(spec, builder, todo, x_shape) for spec, builder, _, todo, _, x_shape in jobs]  # drop the encoders
     t0 = time.perf_counter()
-    ctx = ray.data.DataContext.get_current()
-    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
-    baseline = _free_resources()
-    failure: str | None = None
-    try:
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = progress
-        ds = _multi_pipeline(manifest, enc_cfg, jobs, cpu_threads, shared)
+
+    def body(roster) -> tuple[list[pd.DataFrame], list[list[str]]]:
+        ds = _multi_pipeline(manifest, enc_cfg, jobs, cpu_threads, shared, roster)
         quarantines = _consume(ds, sinks, t0, progress)
         del ds
-        dirs = []
         for sink, quarantine in zip(sinks, quarantines, strict=True):
             _check_counts(sink.name, sink.writers[sink.todo[0]], capacity, quarantine)
+        dirs = []
         for sink, quarantine in zip(sinks, quarantines, strict=True):
             if len(quarantine):
                 store.add_quarantine(sink.name, quarantine)
             dirs.append([str(sink.writers[layer].finalize()) for layer in sink.todo])
-    except Exception as err:  # re-raised below, once the failed pipeline's actors are released
-        failure = str(err) if isinstance(err, ExtractionError) else _describe(err)
-        del err
-    finally:
-        for w in (w for sink in sinks for w in sink.writers.values()):
-            w.abort()
-        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
-    if failure is not None:
-        _release_failed_pipeline(baseline)  # see extract_activations
-        raise ExtractionError(f"{', '.join(s.name for s in sinks)}: extraction failed; no partial store was kept, "
-                              f"rerun to finish the remaining layers. Cause: {failure}")
+        return quarantines, dirs
+
+    quarantines, dirs = _run_pipeline(body, [s.name for s in sinks],
+                                      [w for sink in sinks for w in sink.writers.values()], enc_cfg, progress,
+                                      credentialed)
     seconds = time.perf_counter() - t0
     for sink, quarantine, job_dirs in zip(sinks, quarantines, dirs, strict=True):
         summary = next(s for s in summaries if s["model"] == sink.name)
@@ -354,24 +330,64 @@ def _describe(err: BaseException) -> str:
     return text
 
 
-def _free_resources() -> dict[str, float]:
+def _run_pipeline(body, names: list[str], writers, enc_cfg: EncoderConfig, progress: bool, credentialed: bool):
+    """`body(roster)` (build the pipeline with `roster`, stream it into the writers, finalize them) under the
+    DataContext extraction needs; returns what it returns. Whatever happens, the pipeline's encoder actors are
+    killed when it ends (raybench.encoders.roster), so their CPU and GPU shares are free for whatever runs next;
+    a pipeline that cannot get its resources fails after `encoders.stall_timeout_s` instead of waiting forever.
+    Raises ExtractionError (the cause first; text withheld as raybench.privacy says for a credentialed cohort)."""
     import ray
 
-    return {k: float(v) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+    from raybench.encoders.roster import end_pipeline, free_resources, open_roster
+
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,
+             ctx.wait_for_min_actors_s)
+    baseline = free_resources()
+    roster = open_roster()
+    failure: str | None = None
+    try:
+        ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = progress
+        ctx.execution_no_progress_timeout_s = float(enc_cfg.stall_timeout_s)
+        ctx.wait_for_min_actors_s = max(1, math.ceil(enc_cfg.stall_timeout_s))
+        result = body(roster)
+    except Exception as err:  # re-raised below, once the pipeline's actors are gone
+        failure = _failure(err, enc_cfg, baseline, credentialed)
+        del err
+    finally:
+        for w in writers:
+            w.abort()
+        (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,
+         ctx.wait_for_min_actors_s) = saved
+    # A failed run waits (bounded) until the shares its actors held are free again, so that an immediate rerun on
+    # a full node can schedule its loading tasks; a finished one only ends its actors.
+    end_pipeline(roster, baseline if failure is not None else {})
+    if failure is not None:
+        raise ExtractionError(f"{', '.join(names)}: extraction failed; no partial store was kept, rerun to finish "
+                              f"the remaining layers. Cause: {failure}")
+    return result
 
 
-def _release_failed_pipeline(baseline: dict[str, float], timeout_s: float = 30.0) -> None:
-    """Collect the failed pipeline (its actors die with their last handle) and wait, bounded, until the CPU and
-    GPU shares it held are free again, so that an immediate rerun can schedule its loading tasks."""
-    import gc
+def _failure(err: Exception, enc_cfg: EncoderConfig, baseline: dict[str, float], credentialed: bool) -> str:
+    """What to tell the user about a failed pipeline."""
+    from ray.data.exceptions import ExecutionTimeoutError
+    from ray.exceptions import GetTimeoutError
 
-    deadline = time.monotonic() + timeout_s
-    while True:
-        gc.collect()
-        free = _free_resources()
-        if all(free.get(k, 0.0) >= v - 1e-9 for k, v in baseline.items()) or time.monotonic() > deadline:
-            return
-        time.sleep(0.2)
+    from raybench.privacy import failure_text
+
+    if isinstance(err, ExecutionTimeoutError | GetTimeoutError):
+        return (f"no progress for {enc_cfg.stall_timeout_s:g} s (encoders.stall_timeout_s): the pipeline could not "
+                f"get its resources. Free before it started: {_fmt(baseline)}; each encoder actor asks for "
+                f"{enc_cfg.num_gpus:g} GPU. Check `ray status` for other work holding CPUs or GPUs, add nodes, or "
+                "raise encoders.stall_timeout_s (an autoscaler still starting nodes)")
+    if isinstance(err, ExtractionError):
+        return failure_text(err, True) if credentialed else str(err)
+    return failure_text(err, True) if credentialed else _describe(err)
+
+
+def _fmt(resources: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items())) or "nothing"
 
 
 def _blocks(df: pd.DataFrame, batch_size: int) -> list[pd.DataFrame]:
@@ -381,7 +397,7 @@ def _blocks(df: pd.DataFrame, batch_size: int) -> list[pd.DataFrame]:
 
 
 def _multi_pipeline(manifest: ManifestRecords, enc_cfg: EncoderConfig, jobs: list[tuple], cpu_threads: int | None,
-                    shared: list | None):
+                    shared: list | None, roster):
     import ray
 
     if cpu_threads is None:
@@ -393,7 +409,8 @@ def _multi_pipeline(manifest: ManifestRecords, enc_cfg: EncoderConfig, jobs: lis
         return ds.map_batches(
             MultiEncoderActor,
             fn_constructor_kwargs={"specs": specs, "layers": layers, "builders": builders, "x_shapes": x_shapes,
-                                   "root": manifest.root, "cpu_threads": cpu_threads, "shared": shared},
+                                   "root": manifest.root, "cpu_threads": cpu_threads, "shared": shared,
+                                   "roster": roster},
             compute=ray.data.ActorPoolStrategy(min_size=enc_cfg.min_actors, max_size=enc_cfg.max_actors),
             max_restarts=0,  # as in _actor_stage
             num_cpus=1.0, batch_size=enc_cfg.batch_size, batch_format="numpy",
@@ -401,7 +418,8 @@ def _multi_pipeline(manifest: ManifestRecords, enc_cfg: EncoderConfig, jobs: lis
 
 
 def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConfig, layers: list[int],
-              x_shape: tuple[int, ...], builder: Builder | None, cpu_threads: int | None, shared: list | None):
+              x_shape: tuple[int, ...], builder: Builder | None, cpu_threads: int | None, shared: list | None,
+              roster):
     import ray
 
     if cpu_threads is None:
@@ -414,17 +432,17 @@ def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConf
                             fn_kwargs=load)
     with warnings.catch_warnings():  # max_restarts has no named parameter in the pinned Ray Data yet
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-        return _actor_stage(ds, spec, enc_cfg, layers, builder, cpu_threads, shared, None if on_gpu else load)
+        return _actor_stage(ds, spec, enc_cfg, layers, builder, cpu_threads, shared, None if on_gpu else load, roster)
 
 
 def _actor_stage(ds, spec: EncoderSpec, enc_cfg: EncoderConfig, layers: list[int], builder: Builder | None,
-                 cpu_threads: int, shared: list | None, load: dict | None):
+                 cpu_threads: int, shared: list | None, load: dict | None, roster):
     import ray
 
     return ds.map_batches(
         EncoderActor,
         fn_constructor_kwargs={"spec": spec, "layers": layers, "builder": builder, "cpu_threads": cpu_threads,
-                               "shared": shared, "load": load},
+                               "shared": shared, "load": load, "roster": roster},
         compute=ray.data.ActorPoolStrategy(min_size=enc_cfg.min_actors, max_size=enc_cfg.max_actors),
         # Ray Data hands its actors their constructor arguments as object refs, and Ray refuses (loudly) to
         # promise a restart with those; a crashed encoder actor fails the extraction instead, which names the

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from raybench.config import RunConfig
 from raybench.errors import RaybenchError
 from raybench.paths import RunLayout
+from raybench.privacy import is_credentialed
 from raybench.stage import Resources, Stage
 
 if TYPE_CHECKING:
@@ -126,11 +127,11 @@ def encode_run(cfg: RunConfig, remote: str | None = None) -> str:
         from raybench.encoders.extract import extract_models
 
         extract_models(layout.manifest, layout.root, [encoder_spec(cfg, m) for m in grid.models], enc,
-                       depths=depths, progress=False, resources=cfg.resources)
+                       depths=depths, progress=False, resources=cfg.resources, credentialed=is_credentialed(cfg))
         return f"{len(grid.models)} encoders"
     for model in grid.models:
         extract_activations(layout.manifest, layout.root, encoder_spec(cfg, model), enc, depths=depths,
-                            progress=False, resources=cfg.resources)
+                            progress=False, resources=cfg.resources, credentialed=is_credentialed(cfg))
     return f"{len(cfg.protocol.grid.models)} encoders"
 
 
@@ -173,7 +174,7 @@ def encode_models(cfg: RunConfig, models: list[str], all_layers: bool = False,
         try:
             summaries = extract_models(manifest, cfg.run_dir, [encoder_spec(cfg, m) for m in models], cfg.encoders,
                                        progress=progress, depths=None if all_layers else cfg.protocol.grid.depths,
-                                       resources=cfg.resources)
+                                       resources=cfg.resources, credentialed=is_credentialed(cfg))
         except (RaybenchError, KeyError, ValueError) as err:
             raise EncodeError(str(err)) from err
         yield from (_summary_line(s['model'], s) for s in summaries)
@@ -183,7 +184,7 @@ def encode_models(cfg: RunConfig, models: list[str], all_layers: bool = False,
         try:
             summary = extract_activations(manifest, cfg.run_dir, spec, cfg.encoders, progress=progress,
                                           depths=None if all_layers else cfg.protocol.grid.depths,
-                                          resources=cfg.resources)
+                                          resources=cfg.resources, credentialed=is_credentialed(cfg))
         except (RaybenchError, KeyError, ValueError) as err:
             raise EncodeError(f"{name}: {err}") from err
         yield _summary_line(name, summary)

@@ -40,11 +40,12 @@ class TinyConvEncoder(ECGEncoder):
     n_layers = 4
     d = 16
 
-    def __init__(self, fail_flag: str | None = None):
+    def __init__(self, fail_flag: str | None = None, keeper: str | None = None):
         super().__init__()
         self.inp = nn.Conv1d(12, self.d, kernel_size=7, padding=3)
         self.blocks = nn.ModuleList(nn.Conv1d(self.d, self.d, kernel_size=5, padding=2) for _ in range(3))
         self.fail_flag = fail_flag
+        self.keeper = keeper  # a named actor that gets this actor's handle before the crash (keeps it referenced)
         self.calls = 0
 
     def preprocess(self, signal: np.ndarray, fs: float) -> np.ndarray:
@@ -55,6 +56,8 @@ class TinyConvEncoder(ECGEncoder):
     def layer_states(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         if self.fail_flag and os.path.exists(self.fail_flag) and self.calls >= 2:
+            if self.keeper:
+                ray.get(ray.get_actor(self.keeper).keep.remote(ray.get_runtime_context().current_actor))
             raise RuntimeError("simulated crash mid-stream")
         h = torch.relu(self.inp(x))
         states = [h.mean(-1)]
@@ -65,9 +68,9 @@ class TinyConvEncoder(ECGEncoder):
 
 
 @register_encoder("tiny_conv")
-def build_tiny(spec: EncoderSpec, fail_flag: str | None = None) -> ECGEncoder:
+def build_tiny(spec: EncoderSpec, fail_flag: str | None = None, keeper: str | None = None) -> ECGEncoder:
     torch.manual_seed(spec.init_seed)
-    model = TinyConvEncoder(fail_flag)
+    model = TinyConvEncoder(fail_flag, keeper)
     model.profile = spec.profile
     return freeze(model)
 
@@ -257,6 +260,77 @@ def test_crash_releases_actors_so_an_immediate_rerun_on_a_full_node_runs(ray_clu
     done = extract_activations(manifest, tmp_path / "run", SPEC, gpu_cfg, builder=failing, progress=False)
     assert done["layers"] == [0, 1, 2, 3] and done["records"] == 16
     del kept
+
+
+class Keeper:
+    """Holds actor handles, as a traceback or a user's variable may: garbage collection cannot end those actors."""
+
+    def __init__(self):
+        self.handles = []
+
+    def keep(self, handle) -> None:
+        self.handles.append(handle)
+
+    def count(self) -> int:
+        return len(self.handles)
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_pipeline_ends_its_actors_even_while_something_holds_them(ray_cluster, tmp_path):
+    """The driver kills its encoder actors when the pipeline fails (raybench.encoders.roster) instead of dropping
+    its handles and hoping for a garbage collection: here another actor keeps a handle to the crashed encoder
+    actor, and its CPU and GPU shares are still free again when extract_activations raises. A credentialed
+    cohort's failure text is withheld (raybench.privacy)."""
+    keeper = ray.remote(num_cpus=0)(Keeper).options(name=f"keeper-{tmp_path.name}").remote()
+    manifest = write_cohort(tmp_path / "c", n=16, bad=False)
+    flag = tmp_path / "fail-now"
+    flag.touch()
+    failing = functools.partial(build_tiny, fail_flag=str(flag), keeper=f"keeper-{tmp_path.name}")
+    before = _wait_for_free(ray_cluster, {"CPU": 2.0, "GPU": 1.0})
+    try:
+        with pytest.raises(ExtractionError, match="message withheld: credentialed cohort") as err:
+            extract_activations(manifest, tmp_path / "run", SPEC, EncoderConfig(size="demo", batch_size=4,
+                                num_gpus=0.25), builder=failing, progress=False, credentialed=True)
+        assert "simulated crash" not in str(err.value) and ray.get(keeper.count.remote()) >= 1
+        assert {k: ray_cluster.available_resources().get(k, 0.0) for k in before} == before
+    finally:
+        ray.kill(keeper)
+
+
+@pytest.mark.timeout(120)
+def test_an_extraction_that_cannot_get_its_resources_fails_clearly(ray_cluster, tmp_path):
+    """With the only (logical) GPU held by someone else, a GPU-share extraction does not wait forever: it fails
+    after encoders.stall_timeout_s with a message that says why, and leaves the node as it found it."""
+    manifest = write_cohort(tmp_path / "c", n=8, bad=False)
+    holder = ray.remote(num_cpus=0, num_gpus=1)(Keeper).remote()
+    ray.get(holder.count.remote())  # the GPU is taken
+    try:
+        cfg = EncoderConfig(size="demo", batch_size=4, num_gpus=0.25, stall_timeout_s=3)
+        with pytest.raises(ExtractionError, match=r"no progress for 3 s .*could not get its resources"):
+            extract_activations(manifest, tmp_path / "run", SPEC, cfg, builder=build_tiny, progress=False)
+    finally:
+        ray.kill(holder)
+    assert _wait_for_free(ray_cluster, {"CPU": 2.0, "GPU": 1.0}) == {"CPU": 2.0, "GPU": 1.0}
+
+
+def test_an_actor_that_starts_after_its_pipeline_ended_exits(ray_cluster):
+    """A pool actor still starting when the driver closed the roster exits at once instead of holding its share."""
+    from raybench.encoders.roster import open_roster, sign_or_exit
+
+    roster = open_roster()
+    assert ray.get(roster.close.remote()) == []
+
+    class Late:
+        def __init__(self, roster):
+            sign_or_exit(roster)
+
+        def ping(self) -> str:
+            return "alive"
+
+    late = ray.remote(num_cpus=0)(Late).remote(roster)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(late.ping.remote(), timeout=60)
+    ray.kill(roster)
 
 
 def test_one_pipeline_for_several_models_writes_the_per_model_stores(ray_cluster, cohort, tmp_path):
