@@ -1,7 +1,7 @@
 """Start or attach to Ray: the one place that calls `ray.init`.
 
 Inside a Ray job (or with RAY_ADDRESS set) we attach to that cluster; otherwise we start a local
-instance with the dashboard off and nothing bound to a public address. Ray is imported and started only
+instance with the dashboard off and every server bound to 127.0.0.1 (`_loopback_node`). Ray is imported and started only
 when a stage has work (a rerun with nothing to do never pays its start-up).
 
 Quiet by default: raybench draws its own progress (raybench.progress), so Ray's, Tune's and Ray Data's INFO
@@ -13,8 +13,10 @@ user through raybench's own messages, naming the cell or record.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 
 from raybench.config import ResourceConfig
 
@@ -46,6 +48,26 @@ def quiet_ray_logs() -> None:
 
 
 _OWNS_LOCAL = False  # init_ray started a local instance of its own (nothing else can join it)
+LOOPBACK = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def _loopback_node() -> Iterator[None]:
+    """Keep a local instance's node address at 127.0.0.1, so its servers bind to loopback only.
+
+    Ray 2.60's ray.init replaces a 127.0.0.1 `_node_ip_address` with the machine's network address unless
+    multi-node clusters are off (ray_constants.ENABLE_RAY_CLUSTER, what RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 sets
+    at import), and GCS, raylet, workers and agents then listen on every interface. The switch is flipped only
+    for this call: a later ray.init(address=<cluster>) in the process sees Ray's own setting again.
+    """
+    from ray._private import ray_constants
+
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def owns_local_instance() -> bool:
@@ -69,13 +91,15 @@ def init_ray(resources: ResourceConfig | None = None) -> None:
     if address:
         ray.init(address=address, log_to_driver=_VERBOSE, logging_level=level)
     else:
-        ray.init(
-            address="local",  # never attach by accident to a `ray start` cluster on this machine
-            num_cpus=resources.num_cpus,
-            num_gpus=resources.num_gpus,
-            include_dashboard=False,
-            log_to_driver=_VERBOSE,
-            logging_level=level,
-        )
+        with _loopback_node():
+            ray.init(
+                address="local",  # never attach by accident to a `ray start` cluster on this machine
+                num_cpus=resources.num_cpus,
+                num_gpus=resources.num_gpus,
+                include_dashboard=False,
+                log_to_driver=_VERBOSE,
+                logging_level=level,
+                _node_ip_address=LOOPBACK,
+            )
     if not _VERBOSE:  # ray.init configures its own loggers again
         quiet_ray_logs()
