@@ -1,10 +1,10 @@
 """GPU shares of encoder actors and SAE trials: `auto` resolved against the connected Ray cluster.
 
 `encoders.num_gpus` and `resources.trial_gpus` default to `auto` (numbers are used as given). When the
-cluster has GPUs (`ray.cluster_resources()["GPU"]`, or GPU node types its autoscaler may start from zero), a
-worker asks for 1/n of a GPU, n the most copies of its memory need that fit in the usable part of one GPU,
-capped at `resources.max_per_gpu`; without GPUs it asks for 0 and runs on CPU. The needs are estimates in
-float32 bytes (below); the GPU's memory comes from `resources.gpu_memory_gb`, else from the cluster's
+cluster has GPUs (`ray.cluster_resources()["GPU"]`, or GPU node types its autoscaler may start from zero: see
+`autoscaler_potential`), a worker asks for 1/n of a GPU, n the most copies of its memory need that fit in the
+usable part of one GPU, capped at `resources.max_per_gpu`; without GPUs it asks for 0 and runs on CPU. The needs
+are estimates in float32 bytes (below); the GPU's memory comes from `resources.gpu_memory_gb`, else from the cluster's
 `accelerator_type:<name>` resource when listed in `GPU_MEMORY_GIB`, else `ASSUMED_GPU_GIB`. What was chosen
 is written to the run folder (`resources_resolved.json` beside run.yaml, RunLayout.resources_resolved) and
 logged. A worker that gets a GPU share but finds no CUDA device (a logical GPU) still runs on CPU.
@@ -136,19 +136,74 @@ def with_potential(cluster: Mapping[str, float], potential: Mapping[str, float] 
     return out
 
 
+def node_type_potential(config: Mapping[str, Any]) -> dict[str, float]:
+    """The most of each resource an autoscaling config's node types reach: each worker type's `resources` times
+    its max_workers (capped by the config's max_workers), plus the head type's once."""
+    cap = config.get("max_workers")
+    out: dict[str, float] = {}
+    for name, node_type in (config.get("available_node_types") or {}).items():
+        count = int(node_type.get("max_workers", cap or 0))
+        if name == config.get("head_node_type"):
+            count = 1
+        elif cap is not None:
+            count = min(count, int(cap))
+        for key, value in (node_type.get("resources") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[key] = out.get(key, 0.0) + float(value) * count
+    return out
+
+
+def monitor_config_path(gcs_address: str) -> Path | None:
+    """The autoscaling config that the autoscaler (Ray's `monitor.py` process) of the cluster at `gcs_address`
+    was started with, when it runs on this machine: the head of `ray up` (~/ray_bootstrap_config.yaml, resources
+    filled in) or of `ray start --autoscaling-config=...` (cluster/local.yaml), where the driver runs."""
+    try:
+        import psutil  # shipped inside ray (ray/thirdparty_files) when not installed
+    except ImportError:
+        return None
+    for proc in psutil.process_iter(["cmdline"]):
+        args = proc.info.get("cmdline") or []
+        if not any(a.endswith("monitor.py") for a in args[:4]):
+            continue
+        opts = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        if opts.get("--gcs-address") == gcs_address and opts.get("--autoscaling-config"):
+            return Path(opts["--autoscaling-config"]).expanduser()
+    return None
+
+
+def autoscaler_potential() -> dict[str, float] | None:
+    """What the connected cluster's autoscaler may add: Ray's record of its node types (the one Ray Data and Train
+    read; no open-source autoscaler of Ray 2.60 writes it), else the node types of the config its monitor on this
+    machine reads. None when neither is found (a local instance; a driver off the head, e.g. under KubeRay)."""
+    import ray
+
+    try:
+        from ray._private.state import state
+
+        potential = state.get_max_resources_from_cluster_config()
+        if potential:
+            return {k: float(v) for k, v in potential.items()}
+        path = monitor_config_path(ray.get_runtime_context().gcs_address)
+        if path is None:
+            return None
+        import yaml  # a dependency of ray
+
+        config = yaml.safe_load(path.read_text())
+    except Exception as err:  # never fail a run over an estimate: fall back to what the cluster has now
+        log.info("[resources] autoscaler node types unreadable (%s); counting the GPUs running now", err)
+        return None
+    potential = node_type_potential(config) if isinstance(config, dict) else {}
+    log.info("[resources] autoscaler node types from %s: %g GPU at most", path, potential.get("GPU", 0.0))
+    return potential
+
+
 def connected_inventory(res: ResourceConfig) -> GpuInventory:
     """The connected Ray cluster's GPUs, now or reachable by its autoscaler (none when Ray is not initialized)."""
     import ray
 
     if not ray.is_initialized():
         return inventory({}, res.gpu_memory_gb)
-    try:  # the autoscaler's node types (Ray Data and Train read the same record); absent on a local instance
-        from ray._private.state import state
-
-        potential = state.get_max_resources_from_cluster_config()
-    except Exception:
-        potential = None
-    return inventory(with_potential(ray.cluster_resources(), potential), res.gpu_memory_gb)
+    return inventory(with_potential(ray.cluster_resources(), autoscaler_potential()), res.gpu_memory_gb)
 
 
 def declared_gpus(requested: GpuShare, res: ResourceConfig) -> float:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 from torch import nn
 
 import raybench.resources as rr
@@ -56,6 +58,55 @@ def test_gpus_the_autoscaler_may_add_count():
     assert merged == {"CPU": 32.0, "memory": 8.0, "GPU": 4.0, "accelerator_type:A10G": 4.0}
     assert rr.inventory(merged) == rr.GpuInventory(4.0, 24 * GIB, "accelerator_type:A10G")
     assert rr.with_potential({"GPU": 2.0}, None) == {"GPU": 2.0}
+
+
+LOCAL_YAML = Path(__file__).resolve().parents[1] / "cluster" / "local.yaml"
+
+
+def test_node_types_count_each_worker_type_up_to_its_max_workers():
+    config = {"max_workers": 5, "head_node_type": "head", "available_node_types": {
+        "head": {"resources": {"CPU": 0}, "max_workers": 0},
+        "gpu": {"resources": {"CPU": 8, "GPU": 1, "accelerator_type:A10G": 1}, "min_workers": 0, "max_workers": 8},
+        "cpu": {"resources": {"CPU": 16}, "max_workers": 2},
+        "auto": {"resources": {}, "max_workers": 4}}}  # resources detected at start: unknown here
+    assert rr.node_type_potential(config) == {"CPU": 5 * 8 + 2 * 16, "GPU": 5.0, "accelerator_type:A10G": 5.0}
+    local = rr.node_type_potential(yaml.safe_load(LOCAL_YAML.read_text()))
+    assert local["GPU"] == 2.0 and local["CPU"] == 1 + 2 * 2  # cluster/local.yaml: a 1-CPU head, 2 GPU workers
+
+
+class _Proc:
+    def __init__(self, *args: str):
+        self.info = {"cmdline": list(args)}
+
+
+def test_the_autoscaling_config_is_the_one_the_clusters_own_monitor_reads(monkeypatch, tmp_path):
+    psutil = pytest.importorskip("psutil")
+    monitor = "/site-packages/ray/autoscaler/_private/monitor.py"
+    procs = [_Proc("python3", "-u", monitor, "--gcs-address=10.0.0.9:6379", "--autoscaling-config=/other.yaml"),
+             _Proc("python3", "-u", monitor, "--gcs-address=10.0.0.1:6379", f"--autoscaling-config={LOCAL_YAML}"),
+             _Proc("python3", "train.py", "--gcs-address=10.0.0.1:6379", "--autoscaling-config=/not-a-monitor"),
+             _Proc()]  # a process whose command line cannot be read
+    monkeypatch.setattr(psutil, "process_iter", lambda attrs=None: iter(procs))
+    assert rr.monitor_config_path("10.0.0.1:6379") == LOCAL_YAML
+    assert rr.monitor_config_path("10.0.0.2:6379") is None
+
+
+def test_auto_counts_gpu_workers_the_autoscaler_starts_from_zero(ray_cluster, monkeypatch, tmp_path):
+    """A CPU head whose autoscaler (Ray 2.60's, which records no node types in the GCS) may start GPU workers:
+    auto still gives a GPU share, so the GPU request is what makes the autoscaler add them."""
+    import ray
+    from ray._private.state import state
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1.0, "memory": 1e9})
+    monkeypatch.setattr(state, "get_max_resources_from_cluster_config", lambda: None)
+    gcs = ray.get_runtime_context().gcs_address
+    monkeypatch.setattr(rr, "monitor_config_path", lambda address: LOCAL_YAML if address == gcs else None)
+    res = ResourceConfig()
+    assert rr.connected_inventory(res).count == 2.0
+    assert rr.declared_gpus("auto", res) == 0.25
+    assert 0 < rr.with_encoder_gpus(EncoderConfig(), _Enc(), (3,), tmp_path, res).num_gpus < 1
+    monkeypatch.setattr(rr, "monitor_config_path", lambda address: None)  # a driver off the head: nothing to read
+    assert rr.declared_gpus("auto", res) == 0.0
 
 
 def test_resolve_auto_and_explicit_numbers():
