@@ -31,11 +31,9 @@ def run_audit(run_dir: str) -> dict[str, float]:
     render_report(run_dir)
     secs = {"ray start": start, **res.seconds, "report": time.perf_counter() - t1,
             "total": time.perf_counter() - t0}
-    rel = res.tables["reliability"]
-    print(f"{'metric':16s} {'verdict':10s} {'CV':>8s} {'|D|*_3':>9s} {'|D|*_3 prof':>11s} {'rho GT-MCC':>10s}")
-    for r in rel.itertuples(index=False):
-        print(f"{r.metric:16s} {r.verdict:10s} {r.cv_eval:8.3g} {r.mrd_3:9.3g} {r.mrd_3_profile:11.3g} "
-              f"{r.rho_gt_mcc:10.3g}")
+    from raybench.analysis.reliability.run import closing_note
+
+    print(closing_note(res.tables["reliability"]))
     return secs
 
 

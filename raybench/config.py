@@ -217,13 +217,17 @@ class ReliabilityConfig:
     """R: evaluation reseeds per sampled cell (selection subset, permutation floor)."""
     sample_points: int = 2
     """(depth, E) points sampled for the reseeds and the training curves; every model and seed at each."""
-    fractions: tuple[float, ...] = (0.0, 0.125, 0.25, 0.5, 1.0)
-    """Fractions of training at which snapshots are evaluated."""
-    panel_steps: tuple[int, ...] = (40, 300)
-    """Training steps of the ground-truth panel's SAEs (each combined with every panel E and k)."""
-    panel_expansions: tuple[int, ...] = (1, 2)
-    """Expansions E of the panel's SAEs (synthetic d = 128, 192 true features)."""
-    panel_ks: tuple[int, ...] = (6, 16)
+    fractions: tuple[float, ...] = (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+    """Fractions of training at which snapshots are evaluated (all of them: the trend; post-warmup ones: the
+    variance shares and SNR, which need >= 6)."""
+    warmup_fraction: float = 0.25
+    """Snapshots at fractions >= this are post-warmup (docs/protocol.md §11.3)."""
+    panel_steps: tuple[int, ...] = (20, 60, 150, 400)
+    """Training steps of the ground-truth panel's SAEs (each combined with every panel E and k): 4 x 5 = 20
+    trained members at one width, the fewest over which a Spearman rho has power (docs/protocol.md §11.4)."""
+    panel_expansions: tuple[int, ...] = (2,)
+    """Expansions E of the panel's SAEs (synthetic d = 128, 192 true features); one width, as the paper's panel."""
+    panel_ks: tuple[int, ...] = (4, 8, 12, 16, 24)
     """k of the panel's SAEs (the synthetic records have about 12 active features)."""
     panel_seed: int = 0
     """Seed of the synthetic activation model."""
@@ -234,6 +238,8 @@ class ReliabilityConfig:
         check_positive(self, "reliability", "sample_points")
         if not self.fractions or any(not 0.0 <= f <= 1.0 for f in self.fractions) or 1.0 not in self.fractions:
             raise ConfigError(f"reliability.fractions must lie in [0, 1] and include 1, got {list(self.fractions)}")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ConfigError(f"reliability.warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
         for name in ("panel_steps", "panel_expansions", "panel_ks"):
             if not getattr(self, name) or any(v < 1 for v in getattr(self, name)):
                 raise ConfigError(f"reliability.{name} must be a non-empty list of integers >= 1")

@@ -23,9 +23,9 @@ def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None
     ray_session.init_ray(cfg.resources)
     res = run_reliability(root, cfg.protocol, cfg.reliability, heavy=not cheap_only, num_workers=num_workers)
     rel = res.tables["reliability"]
-    for r in rel.itertuples(index=False):
-        click.echo(f"{r.metric:15s} {r.verdict:10s} CV {r.cv_eval:.3g}  |D|*_3 {r.mrd_3:.3g}  "
-                   f"|D|*_3 profile {r.mrd_3_profile:.3g}  rho GT-MCC {r.rho_gt_mcc:.3g}  ({r.rule})")
+    from raybench.analysis.reliability.run import closing_note
+
+    click.echo(closing_note(rel))
     click.echo("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()))
     click.echo(f"tables: {len(res.tables)} in {root / 'tables'}; figures: {len(res.figures)}; "
                f"report: {render_report(root)}")

@@ -167,18 +167,22 @@ def run_panel(spec: PanelSpec, sae_proto: SAEProtocol, eval_cfg: EvalProtocol,
 
 def ground_truth_rho(panel: pd.DataFrame, metrics: tuple[str, ...] = (*PANEL_METRICS, "reproducibility")
                      ) -> pd.DataFrame:
-    """Spearman rho of each raybench metric with GT-MCC and GT-F1 over the panel (members and controls).
-    dead_fraction is negated first, so that for every metric a positive rho means 'better tracks truth'."""
+    """Spearman rho of each raybench metric with GT-MCC and GT-F1 over the trained members only (controls are
+    reported on their own), with one-sided p-values (a positive association) and n. dead_fraction is negated
+    first, so that for every metric a positive rho means 'better tracks truth'."""
     from scipy.stats import spearmanr
 
+    trained = panel[panel.kind == "trained"]
     rows = []
     for m in metrics:
-        v = -panel[m] if m == "dead_fraction" else panel[m]
-        out = {"metric": m}
+        v = -trained[m] if m == "dead_fraction" else trained[m]
+        out: dict[str, object] = {"metric": m}
         for gt in ("gt_mcc", "gt_f1"):
-            ok = np.isfinite(v.to_numpy(float)) & np.isfinite(panel[gt].to_numpy(float))
-            x, y = v[ok].to_numpy(float), panel[gt][ok].to_numpy(float)
-            rho = spearmanr(x, y).statistic if ok.sum() >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0 else np.nan
-            out[f"rho_{gt}"] = float(rho) if np.isfinite(rho) else np.nan
+            ok = np.isfinite(v.to_numpy(float)) & np.isfinite(trained[gt].to_numpy(float))
+            x, y = v[ok].to_numpy(float), trained[gt][ok].to_numpy(float)
+            res = spearmanr(x, y, alternative="greater") if ok.sum() >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0 else None
+            out[f"rho_{gt}"] = float(res.statistic) if res is not None else np.nan
+            out[f"p_{gt}"] = float(res.pvalue) if res is not None else np.nan
+        out["n_gt"] = int(ok.sum())
         rows.append(out)
-    return pd.DataFrame(rows, columns=["metric", "rho_gt_mcc", "rho_gt_f1"])
+    return pd.DataFrame(rows, columns=["metric", "rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt"])

@@ -27,6 +27,9 @@ from raybench.config import Protocol
 from raybench.paths import RunLayout
 
 COLUMNS = ["source", "model", "q", "expansion", "seed", "reseed", "metric", "value"]
+CELL_COLUMNS = ["source", "metric", "model", "q", "expansion", "seed", "drawn", "n", "mean", "s", "cv", "mrd_1",
+                "mrd_3"]
+NO_DRAW = ("reconstruction", "dead_fraction")
 
 
 def reseed_seeds(base: int, n: int) -> list[int]:
@@ -104,3 +107,34 @@ def reseed_sd(long: pd.DataFrame) -> pd.DataFrame:
         s, df = pooled_sd(groups)
         rows.append((metric, str(sub.source.iloc[0]), s, df, float(sub.value.mean())))
     return pd.DataFrame(rows, columns=["metric", "source", "s_eval", "df_eval", "mean"])
+
+
+def per_cell(long: pd.DataFrame, selection_drawn: bool) -> pd.DataFrame:
+    """Per SAE (or stack, for the permutation floor): R reseeds' mean, sd s, CV, |D|*_1 = t(0.975, R-1) s sqrt(2)
+    (two single-reseed scores) and |D|*_3 = t(0.975, 4) s sqrt(2/3) (two 3-seed means) (paper §3, Appendix D).
+    `drawn` is False where no random draw is involved (R^2, dead fraction; the selection subset when it is the
+    whole train split): there s is 0 by construction and says nothing about noise."""
+    from raybench.analysis.reliability.mrd import cv, mrd
+
+    rows = []
+    keys = ["source", "metric", "model", "q", "expansion", "seed"]
+    for key, g in long.groupby(keys, sort=False):
+        v = g.value.to_numpy(float)
+        v = v[np.isfinite(v)]
+        n = int(v.size)
+        s = float(v.std(ddof=1)) if n >= 2 and np.ptp(v) > 0 else (0.0 if n >= 2 else float("nan"))
+        drawn = key[1] not in NO_DRAW and (key[0] != "selection_subset" or selection_drawn)
+        rows.append((*key, drawn, n, float(v.mean()) if n else float("nan"), s, cv(s, float(v.mean())) if n else
+                     float("nan"), mrd(s, 1, df=n - 1) if n >= 2 else float("nan"), mrd(s, 3)))
+    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def reseed_summary(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per metric over the drawn cells: median s, CV, |D|*_1 and |D|*_3, and the spread of s across cells (min,
+    max: the paper's caveat that one SAE's s is not every SAE's)."""
+    rows = []
+    for metric, g in cells[cells.drawn.astype(bool)].groupby("metric", sort=False):
+        rows.append((metric, len(g), float(g.s.median()), float(g.s.min()), float(g.s.max()), float(g.cv.median()),
+                     float(g.mrd_1.median()), float(g.mrd_3.median())))
+    return pd.DataFrame(rows, columns=["metric", "n_cells", "s_median", "s_min", "s_max", "cv_median",
+                                       "mrd_1_median", "mrd_3_median"])

@@ -22,9 +22,10 @@ import numpy as np
 import pandas as pd
 
 from raybench.analysis.plotting import load_tables
-from raybench.analysis.reliability import intervals, seeds, variance
-from raybench.analysis.reliability.mrd import cv, mrd
-from raybench.analysis.reliability.verdicts import verdict
+from raybench.analysis.reliability import evidence, intervals, seeds, variance
+from raybench.analysis.reliability.criteria import CRITERIA, assess
+from raybench.analysis.reliability.mrd import mrd
+from raybench.analysis.reliability.verdicts import verdict_from
 from raybench.atomic import read_json, write_json, write_table
 from raybench.paths import RunLayout
 
@@ -32,13 +33,16 @@ log = logging.getLogger(__name__)
 
 METRICS = ("reconstruction", "accessibility", "coverage", "dead_fraction", "reproducibility")
 DETERMINISTIC = ("reconstruction", "dead_fraction")  # frozen-order evaluation: no draw, reseed sd 0
-HEAVY = ("reliability_reseed", "reliability_training", "reliability_training_summary", "reliability_panel",
-         "reliability_panel_rho", "reliability_profile_intervals")
-SUMMARY_COLUMNS = [
-    "metric", "verdict", "rule", "cv_eval", "s_eval", "mrd_1", "mrd_3", "s_seed", "s_seed_profile", "s_profile",
-    "mrd_3_profile", "share_model", "share_depth", "share_expansion", "share_seed", "share_interactions",
-    "share_residual", "rho_gt_mcc", "rho_gt_f1", "rises_fraction", "rho_step", "discriminability", "tau_seeds",
-    "tau_arms", "tau_selection", "n_outside", "contrasts_below_mrd"]
+HEAVY = ("reliability_reseed", "reliability_reseed_cells", "reliability_training", "reliability_training_summary",
+         "reliability_panel", "reliability_panel_rho", "reliability_profile_intervals")
+VALUE_COLUMNS = [
+    "share_cells", "share_cells_p", "share_seed_cells", "sd_variant", "share_snapshots", "share_snapshots_p",
+    "share_seed", "share_snapshot", "snr", "snr_p", "winners", "winners_p", "n_variants", "n_seeds", "rank_rho",
+    "rank_p", "rho_step", "p_rise", "p_decline", "rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt",
+    "reseed_s", "reseed_s_min", "reseed_s_max", "reseed_cv", "reseed_mrd_1", "reseed_mrd_3", "s_seed_profile",
+    "mrd_3_profile", "tau_seeds", "tau_arms", "tau_selection", "n_outside"]
+SUMMARY_COLUMNS = ["metric", "verdict", "rule", *[f"state_{c}" for c in CRITERIA], *[f"null_{c}" for c in CRITERIA],
+                   *VALUE_COLUMNS, "contrasts_below_mrd"]
 
 
 @dataclass
@@ -66,11 +70,10 @@ def run_reliability(root: str | Path, protocol: Any, rcfg: Any, heavy: bool,
     ok, _ = select_ok(read_cells(layout), protocol)
     expansions = sorted(int(e) for e in protocol.grid.expansions)
     long = seeds.cell_values(ok, tables)
-    var_rows, s_seed = [], {}
+    var_rows = []
     for metric in [m for m in METRICS if (long.metric == m).any()]:
-        rows, s, _df = variance.decompose(long[long.metric == metric], "value")
+        rows, _s, _df = variance.decompose(long[long.metric == metric], "value")
         var_rows.append(rows.assign(metric=metric))
-        s_seed[metric] = s
     out: dict[str, pd.DataFrame] = {
         "reliability_variance": pd.concat(var_rows, ignore_index=True)[variance.COLUMNS] if var_rows
         else pd.DataFrame(columns=variance.COLUMNS)}
@@ -94,7 +97,7 @@ def run_reliability(root: str | Path, protocol: Any, rcfg: Any, heavy: bool,
             for suffix in (".parquet", ".csv"):
                 (layout.tables_dir / f"{name}{suffix}").unlink(missing_ok=True)
 
-    summary, mrd3 = _summary(out, noise, s_seed, tables, protocol)
+    summary, mrd3 = _summary(out, noise, long, tables, rcfg)
     out["reliability_contrasts"] = seeds.contrast_flags(tables, mrd3)
     below = out["reliability_contrasts"].groupby("metric").below_mrd_3.sum()
     summary["contrasts_below_mrd"] = summary.metric.map(below).fillna(0).astype(int)
@@ -117,6 +120,8 @@ def _heavy(layout: RunLayout, protocol: Any, rcfg: Any, ok: pd.DataFrame, num_wo
     stacks = sampled_stacks(ok, sample_points(protocol, rcfg.sample_points))
     t = time.perf_counter()
     out["reliability_reseed"] = reseed.evaluation_reseeds(layout.root, stacks, protocol, rcfg.reseeds, num_workers)
+    out["reliability_reseed_cells"] = reseed.per_cell(out["reliability_reseed"],
+                                                      reseed.selection_is_drawn(layout.root, protocol))
     secs["reseed"] = time.perf_counter() - t
     t = time.perf_counter()
     out["reliability_training"], out["reliability_training_summary"] = training_curve.training_curves(
@@ -140,51 +145,66 @@ def _get(df: pd.DataFrame | None, metric: str, col: str) -> float:
     return float(df.loc[df.metric == metric, col].iloc[0])
 
 
-def _summary(out: dict[str, pd.DataFrame], noise: pd.DataFrame, s_seed: dict[str, float],
-             tables: dict[str, pd.DataFrame], protocol: Any) -> tuple[pd.DataFrame, dict[str, float]]:
-    from raybench.analysis.reliability.reseed import reseed_sd
+def _training_evidence(training: pd.DataFrame | None, metric: str, warmup: float) -> dict[str, float]:
+    """The snapshot design (post-warmup fractions, per-cell series) and the trend over every snapshot."""
+    if training is None or training.empty or not (training.metric == metric).any():
+        return {}
+    sub = training[(training.metric == metric) & (training.seed >= 0)]
+    sub = sub.assign(value=evidence.orient(metric, sub.value.to_numpy(float)))
+    series = [g.sort_values("step").value.to_numpy(float) for _, g in sub.groupby(["model", "q", "expansion", "seed"])]
+    out = evidence.trend_evidence(series)
+    post = sub[sub.fraction >= warmup - 1e-9]
+    y, _ = evidence.design(post, snapshot="fraction")
+    if y.size:
+        out.update(evidence.snapshot_evidence(y, np.array(sorted(post.fraction.unique()))))
+    return out
 
-    rs = out.get("reliability_reseed")
-    rsd = reseed_sd(rs) if rs is not None and not rs.empty else None
-    var = out["reliability_variance"]
-    arm = seeds.arm_tau(tables)
+
+def _metric_inputs(metric: str, out: dict[str, pd.DataFrame], noise: pd.DataFrame, long: pd.DataFrame,
+                   tables: dict[str, pd.DataFrame], rcfg: Any) -> dict[str, float]:
+    m: dict[str, float] = {}
+    cells = long[long.metric == metric]
+    y, _ = evidence.design(cells.assign(value=evidence.orient(metric, cells.value.to_numpy(float))))
+    if y.size:
+        m.update(evidence.cell_evidence(y))
+    m.update(_training_evidence(out.get("reliability_training"), metric, float(rcfg.warmup_fraction)))
+    rho = out.get("reliability_panel_rho")
+    for col in ("rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt"):
+        m[col] = _get(rho, metric, col)
+    rc = out.get("reliability_reseed_cells")
+    if rc is not None and not rc.empty:
+        from raybench.analysis.reliability.reseed import reseed_summary
+
+        rs = reseed_summary(rc)
+        for key, col in (("reseed_s", "s_median"), ("reseed_s_min", "s_min"), ("reseed_s_max", "s_max"),
+                         ("reseed_cv", "cv_median"), ("reseed_mrd_1", "mrd_1_median"),
+                         ("reseed_mrd_3", "mrd_3_median")):
+            m[key] = _get(rs, metric, col)
+    s_prof = float(noise.s_seed_profile.get(metric, np.nan))
     outside = out["reliability_outside"]
+    m.update(s_seed_profile=s_prof, mrd_3_profile=mrd(s_prof, 3) if np.isfinite(s_prof) else float("nan"),
+             tau_seeds=float(noise.tau_seeds.get(metric, np.nan)), tau_arms=seeds.arm_tau(tables).get(metric, np.nan),
+             tau_selection=_tau_selection(out.get("reliability_reseed"), metric),
+             n_outside=float((outside.metric == metric).sum()) if not outside.empty else 0.0)
+    return m
+
+
+def _summary(out: dict[str, pd.DataFrame], noise: pd.DataFrame, long: pd.DataFrame,
+             tables: dict[str, pd.DataFrame], rcfg: Any) -> tuple[pd.DataFrame, dict[str, float]]:
+    """One row per metric: the verdict and its rule, each criterion's state, and the numbers behind them.
+    |D|*_3 of a profile (training seeds only: the scale of the main tables' contrasts) flags the contrasts."""
     rows, mrd3 = [], {}
-    for metric in [m for m in METRICS if (var.metric == m).any()]:
-        share = var[var.metric == metric].set_index("factor").share
-        if metric in DETERMINISTIC:
-            s_eval, df_eval = 0.0, 0
-        else:
-            s_eval, df_eval = _get(rsd, metric, "s_eval"), int(np.nan_to_num(_get(rsd, metric, "df_eval")))
-        mean = _get(rsd, metric, "mean")
-        s_prof = float(noise.s_seed_profile.get(metric, np.nan))
-        s_tot = float(np.sqrt(s_prof ** 2 + (s_eval if np.isfinite(s_eval) else 0.0) ** 2))
-        n_seeds = int(noise.n_seeds.get(metric, 0))
-        d3 = mrd(s_tot, 3) if np.isfinite(s_tot) else float("nan")
-        mrd3[metric] = d3
-        spread = float(noise.spread_models.get(metric, np.nan))
-        crit = {
-            "metric": metric,
-            "cv_eval": 0.0 if metric in DETERMINISTIC else cv(s_eval, mean),
-            "s_eval": s_eval,
-            "mrd_1": mrd(s_eval, 1, df=df_eval) if df_eval > 0 else (0.0 if s_eval == 0 else np.nan),
-            "mrd_3": mrd(s_eval, 3) if np.isfinite(s_eval) else np.nan,
-            "s_seed": s_seed.get(metric, np.nan), "s_seed_profile": s_prof, "s_profile": s_tot,
-            "mrd_3_profile": d3,
-            **{f"share_{f}": float(share.get(f, np.nan)) for f in variance.FACTORS},
-            "rho_gt_mcc": _get(out.get("reliability_panel_rho"), metric, "rho_gt_mcc"),
-            "rho_gt_f1": _get(out.get("reliability_panel_rho"), metric, "rho_gt_f1"),
-            "rises_fraction": _get(out.get("reliability_training_summary"), metric, "rises_fraction"),
-            "rho_step": _get(out.get("reliability_training_summary"), metric, "rho_step"),
-            "discriminability": spread / (s_tot / np.sqrt(n_seeds)) if s_tot > 0 and n_seeds else np.nan,
-            "tau_seeds": float(noise.tau_seeds.get(metric, np.nan)),
-            "tau_arms": arm.get(metric, np.nan),
-            "tau_selection": _tau_selection(rs, metric),
-            "n_outside": int((outside.metric == metric).sum()) if not outside.empty else 0,
-        }
-        crit["verdict"], crit["rule"] = verdict(crit)
-        rows.append(crit)
-    return pd.DataFrame(rows), mrd3
+    for metric in [m for m in METRICS if (long.metric == m).any()]:
+        m = _metric_inputs(metric, out, noise, long, tables, rcfg)
+        crit = assess(m)
+        row: dict[str, object] = {"metric": metric}
+        row["verdict"], row["rule"] = verdict_from(crit)
+        row.update({f"state_{k}": c.state for k, c in crit.items()})
+        row.update({f"null_{k}": c.null for k, c in crit.items()})
+        row.update({c: m.get(c, np.nan) for c in VALUE_COLUMNS})
+        mrd3[metric] = float(m["mrd_3_profile"])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS[:-1]), mrd3
 
 
 def _tau_selection(rs: pd.DataFrame | None, metric: str) -> float:
@@ -205,3 +225,14 @@ def _tau_selection(rs: pd.DataFrame | None, metric: str) -> float:
             x, y = wide.loc[a].to_numpy(float), wide.loc[b].to_numpy(float)
             taus.append(1.0 if np.array_equal(x, y) else kendalltau(x, y).statistic)
     return float(np.nanmean(taus)) if taus else float("nan")
+
+
+def closing_note(rel: pd.DataFrame) -> str:
+    """Per metric, one line: variance shares, SNR, distinct winners, rho with GT-MCC / GT-F1 and the verdict."""
+    lines = [f"{'metric':15s} {'share v/s/t':>17s} {'cells':>6s} {'SNR':>6s} {'win':>4s} {'rho MCC':>8s} "
+             f"{'rho F1':>7s}  verdict"]
+    for r in rel.itertuples(index=False):
+        shares = f"{r.share_snapshots:.2f}/{r.share_seed:.2f}/{r.share_snapshot:.2f}"
+        lines.append(f"{r.metric:15s} {shares:>17s} {r.share_cells:6.2f} {r.snr:6.2f} {r.winners:4.0f} "
+                     f"{r.rho_gt_mcc:8.2f} {r.rho_gt_f1:7.2f}  {r.verdict} ({r.rule})")
+    return "\n".join(lines)

@@ -1,48 +1,46 @@
-"""One-word verdicts per metric, each with the rule that produced it (docs/protocol.md §11.8). Pure.
+"""One verdict per metric from its criteria's states, with the rule that produced it (docs/protocol.md §11.8). Pure.
 
-Rules, first match wins (a criterion whose input is missing is skipped):
-  unreliable: discriminability < 1 (models differ less than the noise of a profile), or the training-seed
-              residual explains more of the metric's variance across cells than the model does, or the metric
-              does not track ground truth at all (rho with GT-MCC <= 0 and rho with GT-F1 <= 0)
-  caution:    discriminability < 3, or seeds disagree on the model order (tau_seeds < 0.6), or it rises through
-              training in under half of the sampled cells, or rho with GT-MCC < 0.3, or a point estimate lies
-              outside its own percentile interval, or the evaluation reseed CV exceeds 0.10
-  reliable:   none of the above
+  not assessed  no criterion that enters the verdict has evidence (missing evidence is never a pass)
+  unreliable    the metric falls significantly through training, or tracks neither GT-MCC nor GT-F1
+  no signal     the leading discriminability criterion (the variance share on snapshots, else on final cells,
+                else cross-seed rank agreement, else SNR) is not beyond its null: models indistinguishable from noise
+  reliable      every assessed criterion passes
+  weak          otherwise (some assessed criterion is weak or fails)
+Winner counts are shown beside their null but do not enter the verdict (paper Appendix S.2).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
+from raybench.analysis.reliability.criteria import FAIL, NOT_ASSESSED, PASS, Criterion, assess
 
-def _has(v: object) -> bool:
-    return v is not None and isinstance(v, int | float) and math.isfinite(float(v))
+HARD = ("training", "ground_truth")
+SIGNAL = ("share_snapshots", "share_cells", "rank_agreement", "snr")
+INFO = ("winners",)
+VERDICTS = ("reliable", "weak", "no signal", "unreliable", "not assessed")
+RULE = ("unreliable if the metric declines significantly through training or tracks neither GT-MCC nor GT-F1; "
+        "no signal if the models' variance share (else rank agreement, else SNR) is not beyond its null's 98% "
+        "point; reliable if every assessed criterion passes; weak otherwise; not assessed without evidence")
 
 
-def verdict(m: Mapping[str, float | int | None]) -> tuple[str, str]:
-    """(verdict, rule) from a metric's criteria: discriminability, share_model, share_residual, rho_gt_mcc,
-    rho_gt_f1, tau_seeds, rises_fraction, n_outside, cv_eval (any may be missing)."""
-    g = m.get
-    bad = []
-    if _has(g("discriminability")) and g("discriminability") < 1:
-        bad.append(f"discriminability {g('discriminability'):.2f} < 1")
-    if _has(g("share_residual")) and _has(g("share_model")) and g("share_residual") > g("share_model"):
-        bad.append(f"seed residual share {g('share_residual'):.2f} > model share {g('share_model'):.2f}")
-    if _has(g("rho_gt_mcc")) and _has(g("rho_gt_f1")) and g("rho_gt_mcc") <= 0 and g("rho_gt_f1") <= 0:
-        bad.append(f"no ground-truth tracking (rho {g('rho_gt_mcc'):.2f}, {g('rho_gt_f1'):.2f})")
-    if bad:
-        return "unreliable", "; ".join(bad)
-    warn = []
-    checks = (("discriminability", lambda v: v < 3, "discriminability {:.2f} < 3"),
-              ("tau_seeds", lambda v: v < 0.6, "seed orders agree weakly (tau {:.2f} < 0.6)"),
-              ("rises_fraction", lambda v: v < 0.5, "rises through training in {:.0%} of cells"),
-              ("rho_gt_mcc", lambda v: v < 0.3, "rho with GT-MCC {:.2f} < 0.3"),
-              ("n_outside", lambda v: v > 0, "{:.0f} point estimate(s) outside their percentile CI"),
-              ("cv_eval", lambda v: v > 0.10, "evaluation reseed CV {:.2f} > 0.10"))
-    for key, test, text in checks:
-        if _has(g(key)) and test(float(g(key))):
-            warn.append(text.format(float(g(key))))
-    if warn:
-        return "caution", "; ".join(warn)
-    return "reliable", "every criterion met"
+def verdict_from(crit: Mapping[str, Criterion]) -> tuple[str, str]:
+    used = {k: c for k, c in crit.items() if k not in INFO and c.state != NOT_ASSESSED}
+    if not used:
+        return "not assessed", "no criterion has evidence"
+    hard = [f"{k} fails ({c.value:.3g}; {c.null})" for k, c in used.items() if k in HARD and c.state == FAIL]
+    if hard:
+        return "unreliable", "; ".join(hard)
+    lead = next((k for k in SIGNAL if k in used), None)
+    if lead is not None and used[lead].state == FAIL:
+        c = used[lead]
+        return "no signal", f"{lead} {c.value:.3g} not beyond its null ({c.null})"
+    short = [f"{k} {c.state} ({c.value:.3g})" for k, c in used.items() if c.state != PASS]
+    if not short:
+        return "reliable", "every assessed criterion passes: " + ", ".join(used)
+    return "weak", "; ".join(short)
+
+
+def verdict(m: Mapping[str, object]) -> tuple[str, str]:
+    """(verdict, rule) from a metric's numeric inputs (criteria.py lists the keys; any may be missing)."""
+    return verdict_from(assess(m))

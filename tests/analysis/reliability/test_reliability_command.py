@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from raybench.analysis.reliability.verdicts import VERDICTS
 from raybench.paths import RunLayout
 from tests.small_run import copy_run
 
@@ -22,7 +23,8 @@ def test_analyze_runs_the_cheap_part(finished):
     layout = RunLayout.at(finished.run_dir)
     rel = pd.read_parquet(layout.tables_dir / "reliability.parquet")
     assert set(rel.metric) >= {"reconstruction", "accessibility", "coverage", "dead_fraction"}
-    assert rel.verdict.isin(["reliable", "caution", "unreliable"]).all() and rel.rule.str.len().gt(0).all()
+    assert rel.verdict.isin(VERDICTS).all() and rel.rule.str.len().gt(0).all()
+    assert (rel.state_training == "not assessed").all()  # no snapshots without the heavy parts: no pass
     assert not (layout.tables_dir / "reliability_panel.parquet").exists()  # heavy parts only when asked
     assert 'id="reliability"' in layout.report.read_text()
 
@@ -41,8 +43,8 @@ def test_command_writes_tables_figures_and_report(finished):
     for stem in ("reliability_variance", "reliability_ground_truth", "reliability_training"):
         assert (layout.figures_dir / f"{stem}.png").exists() and (layout.figures_dir / f"{stem}.svg").exists()
     rel = pd.read_parquet(layout.tables_dir / "reliability.parquet").set_index("metric")
-    assert rel.cv_eval["reconstruction"] == 0.0 and rel.s_eval["accessibility"] > 0  # no draw vs a drawn subset
-    assert rel.rho_gt_mcc[["reconstruction", "accessibility", "coverage"]].notna().all()
+    assert rel.state_reseed["reconstruction"] == "not assessed" and rel.reseed_s["accessibility"] > 0  # no draw
+    assert (rel.n_gt == 2).all() and (rel.state_ground_truth == "not assessed").all()  # 2 trained members: no rho
     con = pd.read_parquet(layout.tables_dir / "reliability_contrasts.parquet")
     main_pairs = pd.read_parquet(layout.tables_dir / "contrasts.parquet")
     assert len(con[con.table == "contrasts"]) == len(main_pairs)
