@@ -171,29 +171,66 @@ def monitor_config_path(gcs_address: str) -> Path | None:
     return None
 
 
-def autoscaler_potential() -> dict[str, float] | None:
-    """What the connected cluster's autoscaler may add: Ray's record of its node types (the one Ray Data and Train
-    read; no open-source autoscaler of Ray 2.60 writes it), else the node types of the config its monitor on this
-    machine reads. None when neither is found (a local instance; a driver off the head, e.g. under KubeRay)."""
+def read_autoscaling_config(gcs_address: str) -> dict[str, Any] | None:
+    """The config of `monitor_config_path(gcs_address)`, parsed; None when no such monitor runs on this machine."""
+    import yaml  # a dependency of ray
+
+    path = monitor_config_path(gcs_address)
+    config = yaml.safe_load(path.read_text()) if path is not None else None
+    return config if isinstance(config, dict) else None
+
+
+HEAD_READ_TIMEOUT_S = 60.0
+_HEAD_CONFIGS: dict[tuple[str, str], dict[str, Any] | None] = {}  # (GCS address, head node) -> its config
+
+
+def head_autoscaling_config() -> dict[str, Any] | None:
+    """read_autoscaling_config where the autoscaler runs: here when the driver is on the head node, else in a
+    0-CPU task pinned to the head (a submitted job's driver lands on a worker when the head has no CPU for it)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    gcs = ray.get_runtime_context().gcs_address
+    head = next((n["NodeID"] for n in ray.nodes() if n.get("Alive") and "node:__internal_head__" in n["Resources"]),
+                None)
+    if head is None or head == driver_node_id():
+        return read_autoscaling_config(gcs)
+    if (gcs, head) not in _HEAD_CONFIGS:
+        task = ray.remote(num_cpus=0, max_retries=0)(read_autoscaling_config)
+        ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote(gcs)
+        try:
+            _HEAD_CONFIGS[(gcs, head)] = ray.get(ref, timeout=HEAD_READ_TIMEOUT_S)
+        except Exception:
+            ray.cancel(ref, force=True)
+            raise
+    return _HEAD_CONFIGS[(gcs, head)]
+
+
+def driver_node_id() -> str:
     import ray
 
+    return ray.get_runtime_context().get_node_id()
+
+
+def autoscaler_potential() -> dict[str, float] | None:
+    """What the connected cluster's autoscaler may add: Ray's record of its node types (the one Ray Data and Train
+    read; no open-source autoscaler of Ray 2.60 writes it), else the node types of the config its monitor on the
+    head reads (head_autoscaling_config). None when neither is found (a local instance; KubeRay, whose autoscaler
+    runs in a container of its own)."""
     try:
         from ray._private.state import state
 
         potential = state.get_max_resources_from_cluster_config()
         if potential:
             return {k: float(v) for k, v in potential.items()}
-        path = monitor_config_path(ray.get_runtime_context().gcs_address)
-        if path is None:
-            return None
-        import yaml  # a dependency of ray
-
-        config = yaml.safe_load(path.read_text())
+        config = head_autoscaling_config()
     except Exception as err:  # never fail a run over an estimate: fall back to what the cluster has now
         log.info("[resources] autoscaler node types unreadable (%s); counting the GPUs running now", err)
         return None
-    potential = node_type_potential(config) if isinstance(config, dict) else {}
-    log.info("[resources] autoscaler node types from %s: %g GPU at most", path, potential.get("GPU", 0.0))
+    if config is None:
+        return None
+    potential = node_type_potential(config)
+    log.info("[resources] autoscaler node types (head's autoscaling config): %g GPU at most", potential.get("GPU", 0))
     return potential
 
 

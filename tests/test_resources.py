@@ -109,6 +109,30 @@ def test_auto_counts_gpu_workers_the_autoscaler_starts_from_zero(ray_cluster, mo
     assert rr.declared_gpus("auto", res) == 0.0
 
 
+def test_a_driver_off_the_head_reads_the_autoscaling_config_on_the_head(ray_cluster, monkeypatch):
+    """The config is read where the autoscaler runs: a 0-CPU task pinned to the head finds its monitor process
+    (here a stand-in with the monitor's command line, for the session cluster) and parses the file it names."""
+    import subprocess
+    import sys
+
+    import ray
+    from ray._private.state import state
+
+    monkeypatch.setattr(state, "get_max_resources_from_cluster_config", lambda: None)
+    monkeypatch.setattr(rr, "driver_node_id", lambda: "a-worker-node")  # as for a job's driver on a worker
+    monkeypatch.setattr(rr, "_HEAD_CONFIGS", {})
+    gcs = ray.get_runtime_context().gcs_address
+    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                "/ray/autoscaler/_private/monitor.py", f"--gcs-address={gcs}",
+                                f"--autoscaling-config={LOCAL_YAML}"])
+    try:
+        assert rr.autoscaler_potential() == {"CPU": 5.0, "GPU": 2.0, "object_store_memory": 1e9}
+    finally:
+        monitor.kill()
+        monitor.wait()
+    assert rr._HEAD_CONFIGS, "read once per cluster: the head's answer is kept"
+
+
 def test_resolve_auto_and_explicit_numbers():
     paper_e32 = rr.sae_trial_bytes(768, 24576, 3, 256)  # 1.91 GiB
     h100 = rr.inventory({"GPU": 1.0, "accelerator_type:H100": 1.0})
