@@ -4,8 +4,12 @@ without GPUs and GPU workers from zero; `raybench grid` attached to it must make
 resolve `auto` to a GPU share from the node types before any GPU exists, run its encoder actors and trials on the
 added workers, and leave them idle so the autoscaler removes them.
 
-The cluster lives in its own process group and temp dir (never `ray stop`, which would end every Ray on the
-machine, the session `ray_cluster` too); the drivers are subprocesses, this file run as a script for the probe.
+This is what `ray.cluster_utils.AutoscalingCluster.start` runs (`RAY_FAKE_CLUSTER=1 ray start --head
+--autoscaling-config=...`, AUTOSCALER_UPDATE_INTERVAL_S=1), without the class: in Ray 2.60 it builds its config
+from fake_multi_node/example.yaml, which the wheel does not ship, and its start and shutdown run
+`ray stop --force`, which ends every Ray on the machine (the session `ray_cluster` and other tests' too). The
+cluster lives in its own process group and temp dir instead, killed by group; the drivers are subprocesses, this
+file run as a script for the probe.
 """
 
 from __future__ import annotations
