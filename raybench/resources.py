@@ -161,13 +161,14 @@ def monitor_config_path(gcs_address: str) -> Path | None:
         import psutil  # shipped inside ray (ray/thirdparty_files) when not installed
     except ImportError:
         return None
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
         args = proc.info.get("cmdline") or []
         if not any(a.endswith("monitor.py") for a in args[:4]):
             continue
         opts = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
         if opts.get("--gcs-address") == gcs_address and opts.get("--autoscaling-config"):
-            return Path(opts["--autoscaling-config"]).expanduser()
+            # `ray start --autoscaling-config=cluster/local.yaml` passes the path as typed: relative to its cwd
+            return Path(proc.info.get("cwd") or "/") / Path(opts["--autoscaling-config"]).expanduser()
     return None
 
 

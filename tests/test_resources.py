@@ -109,9 +109,10 @@ def test_auto_counts_gpu_workers_the_autoscaler_starts_from_zero(ray_cluster, mo
     assert rr.declared_gpus("auto", res) == 0.0
 
 
-def test_a_driver_off_the_head_reads_the_autoscaling_config_on_the_head(ray_cluster, monkeypatch):
+def test_a_driver_off_the_head_reads_the_autoscaling_config_on_the_head(ray_cluster, monkeypatch, tmp_path):
     """The config is read where the autoscaler runs: a 0-CPU task pinned to the head finds its monitor process
-    (here a stand-in with the monitor's command line, for the session cluster) and parses the file it names."""
+    (here a stand-in with the monitor's command line, for the session cluster) and parses the file it names,
+    relative to the monitor's working directory (`ray start --autoscaling-config=cluster/local.yaml`)."""
     import subprocess
     import sys
 
@@ -121,12 +122,16 @@ def test_a_driver_off_the_head_reads_the_autoscaling_config_on_the_head(ray_clus
     monkeypatch.setattr(state, "get_max_resources_from_cluster_config", lambda: None)
     monkeypatch.setattr(rr, "driver_node_id", lambda: "a-worker-node")  # as for a job's driver on a worker
     monkeypatch.setattr(rr, "_HEAD_CONFIGS", {})
+    config = yaml.safe_load(LOCAL_YAML.read_text())
+    config["max_workers"] = config["available_node_types"]["gpu_worker"]["max_workers"] = 3
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "mine.yaml").write_text(yaml.safe_dump(config))
     gcs = ray.get_runtime_context().gcs_address
     monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
                                 "/ray/autoscaler/_private/monitor.py", f"--gcs-address={gcs}",
-                                f"--autoscaling-config={LOCAL_YAML}"])
+                                "--autoscaling-config=cluster/mine.yaml"], cwd=tmp_path)
     try:
-        assert rr.autoscaler_potential() == {"CPU": 5.0, "GPU": 2.0, "object_store_memory": 1e9}
+        assert rr.autoscaler_potential() == {"CPU": 7.0, "GPU": 3.0, "object_store_memory": 1.5e9}
     finally:
         monitor.kill()
         monitor.wait()
