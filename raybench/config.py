@@ -257,9 +257,18 @@ class ProvenanceConfig:
     target: str = "NORM"
     """Diagnostic superclass of the target y: y = 1 when a record carries it, else 0 (§12.1)."""
     association_levels: tuple[float, ...] = (1.0, 0.5, 0.0, -0.5, -1.0)
-    """Association levels of the stress resamples: 1 observed, 0 independent, -1 reversed (§12.3)."""
+    """Stress regimes as exponents e of the natural odds ratio kappa (odds ratio kappa^e, both marginals fixed): 1
+    aligned, 0 independent, -1 reversed (§12.3)."""
     ranks: tuple[int, ...] = (1, 2)
-    """Ranks p of the removed provenance component, tried in order (§12.4)."""
+    """Ranks p of the removed provenance component, all reported as a sweep (§12.4)."""
+    verdict_rank: int = 1
+    """The rank the verdict uses, fixed per modality (ECG: 1; §12.5); must be among `ranks`."""
+    min_cell_records: int = 75
+    """Held-out records every (y, u) cell needs for the row to be audited (§12.1)."""
+    cell_support_sensitivity: bool = False
+    """Audit rows below `min_cell_records` anyway, labelled as a sensitivity analysis (§12.1)."""
+    device_grouping: Literal["raw", "family"] = "raw"
+    """`raw`: device strings as recorded; `family`: firmware variants grouped into device families (§12.1)."""
     random_controls: int = 100
     """Random projections matched in rank and removed energy that a removal must beat (§12.5)."""
     epsilon: float = 0.01
@@ -291,11 +300,17 @@ class ProvenanceConfig:
                               f"(reversed), got {levels}")
         if not self.ranks or any(p < 1 for p in self.ranks):
             raise ConfigError(f"provenance.ranks must be integers >= 1, got {self.ranks}")
+        if self.verdict_rank not in self.ranks:
+            raise ConfigError(f"provenance.verdict_rank ({self.verdict_rank}) must be one of provenance.ranks "
+                              f"{self.ranks}")
+        if self.device_grouping not in ("raw", "family"):
+            raise not_a_choice("provenance.device_grouping", ("raw", "family"), self.device_grouping)
         if not self.c_grid or any(c <= 0 for c in self.c_grid):
             raise ConfigError(f"provenance.c_grid must be positive numbers, got {self.c_grid}")
         if self.epsilon < 0 or self.delta < 0 or self.flag_bits < 0:
             raise ConfigError("provenance.epsilon, provenance.delta and provenance.flag_bits must be >= 0")
-        check_positive(self, "provenance", "random_controls", "draws", "min_group_records", "top_latents")
+        check_positive(self, "provenance", "random_controls", "draws", "min_group_records", "min_cell_records",
+                       "top_latents")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ CAPTIONS = {
     "provenance_lpi": "Recover: bits of provenance per record a calibrated probe recovers from each depth (LPI, "
                       "patient-bootstrap 95% CI).",
     "provenance_curves": "Stress: AUROC of the exposed (solid) and control (dashed) heads as the target-provenance "
-                         "association goes from observed (1) through independent (0) to reversed (-1).",
+                         "odds ratio goes from the natural kappa (1) through independence (0) to 1/kappa (-1), both "
+                         "marginals fixed.",
     "provenance_removal": "Intervene / Verify: G before removal (black), after removing the rank-p provenance "
                           "component (red), and after each matched random projection (grey).",
 }
@@ -87,7 +88,7 @@ def _curves(tables: dict[str, pd.DataFrame]):
                 ax.plot(c.level, c.auroc_exposed, "-o", ms=3, color=color, label=f"q={q:g}")
                 ax.plot(c.level, c.auroc_control, "--", color=color)
             ax.set_title(f"{model_label(model)}: {var}", fontsize=8)
-            ax.set_xlabel("association level")
+            ax.set_xlabel("regime e (odds ratio kappa^e)")
             if j == 0:
                 ax.set_ylabel("AUROC")
     axes[0, -1].legend(fontsize=6, frameon=False)
@@ -100,7 +101,8 @@ def _removal(tables: dict[str, pd.DataFrame]):
     ver, ctl = tables.get("provenance_verdicts"), tables.get("provenance_controls")
     if ver is None or ver.empty or ctl is None or ctl.empty or "g" not in ver:
         return None
-    rank = int(ctl["rank"].min())
+    rank = int(ver["verdict_rank"].dropna().min()) if "verdict_rank" in ver and ver["verdict_rank"].notna().any() \
+        else int(ctl["rank"].min())
     ver = ver[ver.g.notna() & ver.get(f"g_after_p{rank}", pd.Series(np.nan, index=ver.index)).notna()]
     if ver.empty:
         return None

@@ -9,10 +9,13 @@ diagnosis - and U is the top-p right singular subspace of the stacked probe weig
 orthogonal projection off U in whitened space, mapped back: x' = x - (x - mu) W U U^T W^-1. Heads are not
 refitted.
 
-Random controls: rank-p subspaces of the whitened space drawn at random (Q = orth(Lambda^g G), G Gaussian,
-Lambda the eigenvalues of the removal's energy form) with the tilt g solved by bisection so that each removes
-the same energy as U: the mean squared norm of what is taken from a train record, with the y-class means taken
-out as in the whitening (the diagnosis' own spread is not provenance energy).
+Random controls (docs/protocol.md §12.5): rank-p orthonormal subspaces of the whitened space drawn inside the
+orthogonal complement of U, so no control is the targeted direction (their largest principal cosine with U is
+reported and is 0 up to rounding), each matched to U in removed energy - the mean squared whitened norm of what is
+taken from a train record, tr(Q^T C Q) with C the whitened train second moment - by a spectral tilt Q =
+orth(B V Lambda^g V^T G) of a Gaussian G within the complement B (V, Lambda: eigenvectors and eigenvalues of C
+there), g solved by bisection. Energy measured in raw coordinates instead would pull the controls onto U whenever
+provenance dominates the within-class variance (U is then the raw space's largest-energy direction).
 """
 
 from __future__ import annotations
@@ -75,46 +78,55 @@ def remove(x: np.ndarray, wh: Whitener, u_basis: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EnergyForm:
-    """Removed energy of an orthonormal basis Q (whitened space): mean_i ||z_i Q Q^T W^-1||^2
-    = tr(Q^T C Q Q^T M Q), C = Z^T Z / n, M = W^-1 W^-T."""
+    """Removed energy of an orthonormal basis Q of the whitened space: mean_i ||z_i Q||^2 = tr(Q^T C Q)."""
 
     c: np.ndarray
-    m: np.ndarray
 
     @classmethod
-    def fit(cls, z_tr: np.ndarray, wh: Whitener, groups: np.ndarray | None = None) -> EnergyForm:
-        """groups: the classes of y, whose means are taken out first (the whitening's convention)."""
-        z = np.asarray(z_tr, dtype=np.float64).copy()
-        if groups is not None:
-            for g in np.unique(groups):
-                z[groups == g] -= z[groups == g].mean(0)
-        return cls(z.T @ z / len(z), wh.w_inv @ wh.w_inv.T)
+    def fit(cls, z_tr: np.ndarray) -> EnergyForm:
+        z = np.asarray(z_tr, dtype=np.float64)
+        return cls(z.T @ z / len(z))
 
     def __call__(self, q: np.ndarray) -> float:
-        return float(np.trace((q.T @ self.c @ q) @ (q.T @ self.m @ q)))
+        return float(np.trace(q.T @ self.c @ q))
 
 
-def matched_random_subspaces(energy: EnergyForm, target: float, p: int, r: int, rng: np.random.Generator,
-                             tol: float = 1e-3) -> tuple[list[np.ndarray], np.ndarray]:
-    """R random orthonormal [d, p] bases whose removed energy matches `target` (relative error per control
-    returned beside them; 0 up to `tol` when the bisection bracketed the target)."""
-    vals, vecs = np.linalg.eigh(energy.m)
+def complement(u_basis: np.ndarray) -> np.ndarray:
+    """An orthonormal basis [d, d - p] of the orthogonal complement of span U."""
+    d, p = u_basis.shape
+    full, _, _ = np.linalg.svd(u_basis, full_matrices=True)
+    return full[:, p:]
+
+
+def max_cosine(u_basis: np.ndarray, q: np.ndarray) -> float:
+    """Largest principal cosine between span U and span Q (|cos| of the two directions when p = 1)."""
+    return float(np.linalg.svd(u_basis.T @ q, compute_uv=False).max())
+
+
+def matched_random_subspaces(energy: EnergyForm, u_basis: np.ndarray, r: int, rng: np.random.Generator,
+                             tol: float = 1e-3) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """R random orthonormal [d, p] bases orthogonal to U whose removed energy matches U's. Returns the bases,
+    the relative energy error of each (0 up to `tol` when the bisection bracketed U's energy, else the closest
+    end's) and each one's largest principal cosine with U."""
+    p = u_basis.shape[1]
+    target = energy(u_basis)
+    b = complement(u_basis)
+    vals, vecs = np.linalg.eigh(b.T @ energy.c @ b)
     vals = np.maximum(vals, 1e-12)
-    d = len(vals)
-    out, errors = [], []
+    out, errors, cosines = [], [], []
     for _ in range(r):
-        g0 = vecs.T @ rng.standard_normal((d, p))
+        g0 = vecs.T @ rng.standard_normal((b.shape[1], p))
 
         def basis(gamma: float, g0: np.ndarray = g0) -> np.ndarray:
             q, _ = np.linalg.qr(vecs @ (vals[:, None] ** gamma * g0))
-            return q
+            return b @ q
 
         lo, hi = -8.0, 8.0
         e_lo, e_hi = energy(basis(lo)) - target, energy(basis(hi)) - target
         if e_lo * e_hi > 0:  # not bracketed: keep the closer end
-            best = lo if abs(e_lo) < abs(e_hi) else hi
-            q = basis(best)
+            q = basis(lo if abs(e_lo) < abs(e_hi) else hi)
         else:
+            mid = 0.0
             for _ in range(60):
                 mid = 0.5 * (lo + hi)
                 e_mid = energy(basis(mid)) - target
@@ -127,4 +139,5 @@ def matched_random_subspaces(energy: EnergyForm, target: float, p: int, r: int, 
             q = basis(mid)
         out.append(q)
         errors.append(abs(energy(q) - target) / max(abs(target), 1e-12))
-    return out, np.asarray(errors)
+        cosines.append(max_cosine(u_basis, q))
+    return out, np.asarray(errors), np.asarray(cosines)

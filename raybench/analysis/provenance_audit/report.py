@@ -24,7 +24,25 @@ def verdict_view(ver: pd.DataFrame) -> pd.DataFrame:
                                    for a, b in zip(ver.g_ci_low, ver.g_ci_high, strict=True)])
     if "lpi_bits" in ver:
         out.insert(4, "LPI (bits)", ver.lpi_bits)
+    rank = ver["verdict_rank"].dropna() if "verdict_rank" in ver else ver.iloc[:0]
+    if len(rank):
+        p = int(rank.min())
+        for col, label in ((f"g_after_p{p}", f"G after (p={p})"), (f"controls_beaten_p{p}", "controls beaten"),
+                           (f"utility_change_p{p}_ci_low", "utility 95% LB"),
+                           (f"exposed_natural_change_p{p}", "exposed natural change")):
+            if col in ver:
+                out.insert(len(out.columns) - 1, label, ver[col])
     return out
+
+
+def gates_view(gates: pd.DataFrame) -> pd.DataFrame:
+    """The gates table as the report shows it (Table 16's layout: gate, criterion, estimate, interval, result)."""
+    result = gates.passed.map(lambda v: "pass" if v is True else ("fail" if v is False else "not evaluated"))
+    return pd.DataFrame({"model": gates.model.map(model_label), "q": gates.q, "variable": gates.variable,
+                         "gate": gates.gate, "criterion": gates.criterion, "estimate": gates.estimate,
+                         "95% CI": [f"{a:.3f}–{b:.3f}" if pd.notna(a) else "–"
+                                    for a, b in zip(gates.ci_low, gates.ci_high, strict=True)],
+                         "result": result, "note": gates.note})
 
 
 def provenance_body(ctx: Context) -> str:
@@ -32,6 +50,9 @@ def provenance_body(ctx: Context) -> str:
     counts = Counter(ver.verdict)
     out = ["<p>" + "; ".join(f"<b>{html.escape(v)}</b>: {n}" for v, n in sorted(counts.items())) + ".</p>",
            table_block("provenance_verdicts", verdict_view(ver), f"Verdicts ({len(ver)} model × depth × variable)")]
+    gates = ctx.tables.get("provenance_gates")
+    if gates is not None and not gates.empty:
+        out.append(table_block("provenance_gates", gates_view(gates), "Validity and verification gates"))
     rec = ctx.tables.get("provenance_recover")
     if rec is not None and not rec.empty:
         view = rec[["model", "q", "variable", "lpi_bits", "ci_low", "ci_high", "prior_bits", "accuracy", "groups",
@@ -63,10 +84,13 @@ def provenance_body(ctx: Context) -> str:
 SECTION = Section(
     "provenance_audit", "Provenance audit",
     "Does an encoder carry how the ECG was recorded (device, site), and does a head on its embedding rely on "
-    "it? Recover: calibrated probe LPI. Stress: excess vulnerability G of a head fitted with the observed "
-    "target–provenance association over a control head fitted without it, from observed to reversed association "
-    "(fixed marginals). Intervene: remove a rank-p provenance component; Verify: certify the removal only if it "
-    "beats every matched random projection and costs at most δ AUROC (docs/protocol.md §12).",
+    "it? Recover: calibrated probe LPI. Stress: excess vulnerability G of a head fitted with the natural "
+    "target–provenance association over a control head fitted without it, from the natural odds ratio κ to 1/κ "
+    "(both marginals fixed). Validity gates: the control head's reversed advantage, the exposed head's aligned "
+    "non-inferiority, device recoverability within diagnosis strata, above a metadata-only comparator. Intervene: "
+    "remove a rank-p provenance component; Verify: certify the removal only if it beats every matched random "
+    "projection and the control head loses at most δ AUROC under independence (docs/protocol.md §12).",
     figures=("provenance_*",), tables=("provenance_features",), optional=True, body=provenance_body,
-    claims=("provenance_verdicts", "provenance_recover", "provenance_stress", "provenance_controls"),
+    claims=("provenance_verdicts", "provenance_gates", "provenance_recover", "provenance_stress",
+            "provenance_controls"),
     needs=("provenance_verdicts",))

@@ -5,8 +5,8 @@
 Each task loads the activation store of its layer, joins the manifest (provenance columns, the diagnostic
 target, patients), audits every provenance variable (audit.run_audit) and, when the grid has the calibration
 cell of that model x depth (E = eval.calibration_expansion, lowest seed), scores its SAE latents
-(features.py). Writes tables/provenance_{recover,stress,controls,verdicts,features}.parquet (+ .csv) and the
-figures (figures.py); a variable that fails is a verdict row "failed" with a persistable reason (for a
+(features.py). Writes tables/provenance_{recover,stress,controls,verdicts,gates,features}.parquet (+ .csv) and
+the figures (figures.py); a variable that fails is a verdict row "failed" with a persistable reason (for a
 credentialed cohort only the exception type: raybench.privacy). Every output is aggregate.
 """
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 KEYS = ["model", "q", "layer", "variable"]
 TABLES = ("provenance_recover", "provenance_stress", "provenance_controls", "provenance_verdicts",
-          "provenance_features")
+          "provenance_gates", "provenance_features")
 FAILED = "failed"
 
 
@@ -57,6 +57,7 @@ def audit_block(root: str, model: str, q: float, layer: int, pcfg: ProvenanceCon
                 credentialed: bool) -> dict[str, list[dict]]:
     """Every provenance variable of one model x depth -> rows of each table (keys included)."""
     from raybench.analysis.provenance_audit.audit import Inputs, run_audit
+    from raybench.analysis.provenance_audit.metadata import ptbxl_metadata, variable_labels
     from raybench.cohorts.diagnostics import target_labels
     from raybench.cohorts.manifest import load_manifest
     from raybench.encoders.store import ActivationStore
@@ -75,25 +76,31 @@ def audit_block(root: str, model: str, q: float, layer: int, pcfg: ProvenanceCon
     rows: dict[str, list[dict]] = {t: [] for t in TABLES}
     y = {s: target_labels(by_id.loc[ids[s], "_target"].to_numpy(), pcfg.target) for s in ids}
     patients = {s: by_id.loc[ids[s], "patient_id"].astype(str).to_numpy() for s in ids}
+    meta = {s: ptbxl_metadata(info.root, ids[s]) for s in ids}
+    meta = None if any(v is None for v in meta.values()) else meta
     codes_cache: dict[str, object] = {}
     for vi, var in enumerate(pcfg.variables):
         key = {"model": model, "q": float(q), "layer": int(layer), "variable": var}
         try:
-            if var not in by_id.columns:
-                raise ProvenanceError(f"the manifest has no column {var!r}; provenance.variables names manifest "
-                                      "columns (device, site)")
+            try:
+                labels = variable_labels(by_id, var, pcfg.device_grouping)
+            except KeyError as missing:
+                raise ProvenanceError(f"the manifest has no column {missing}; provenance.variables names manifest "
+                                      "columns (device, site) or nested pairs (site+device)") from None
             if sup is None:
                 rows["provenance_verdicts"].append({**key, "verdict": "not audited", "reason": (
                     "the cohort carries no diagnostic labels (no scp_codes): the target y is undefined")})
                 continue
-            u = {s: by_id.loc[ids[s], var].astype(str).str.strip().to_numpy() for s in ids}
+            lab = pd.Series(labels, index=by_id.index)
+            u = {s: lab.loc[ids[s]].to_numpy().astype(str) for s in ids}
             seed_key = (zlib.crc32(model.encode()), int(layer), vi)
-            res = run_audit(Inputs(x, u, y, patients), pcfg, seed_key)
+            res = run_audit(Inputs(x, u, y, patients, meta), pcfg, seed_key)
             if res.recover:
                 rows["provenance_recover"].append({**key, **res.recover})
             rows["provenance_stress"] += [{**key, **r} for r in res.stress]
             rows["provenance_controls"] += [{**key, **r} for r in res.controls]
             rows["provenance_verdicts"].append({**key, **res.verdict})
+            rows["provenance_gates"] += [{**key, **g} for g in res.gates]
             if cell_dir is not None and res.recover:
                 rows["provenance_features"] += [{**key, "cell_id": Path(cell_dir).name, **r}
                                                 for r in _features(root, model, layer, cell_dir, u, y, ids,
@@ -118,7 +125,7 @@ def _features(root: str, model: str, layer: int, cell_dir: str, u: dict[str, np.
     from raybench.encoders.store import ActivationStore
     from raybench.sae.cell_files import load_cell_sae
 
-    groups, _ = eligible_groups(Inputs({}, u, y, {}), pcfg.min_group_records)
+    groups, _ = eligible_groups(Inputs({}, u, y, {}), pcfg.min_group_records, pcfg.min_cell_records)
     labels = sorted(set(groups.values()))
     if len(labels) < 2:
         return []

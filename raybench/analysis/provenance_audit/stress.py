@@ -1,17 +1,12 @@
-"""Stress (docs/protocol.md §12.3): how much a fixed head for y loses when the y-u association changes.
+"""Stress (docs/protocol.md §12.3): how much a fixed head for y loses when only the y-u association changes.
 
-Association levels keep both marginals fixed: with p_obs the observed joint of (y, u) and p_ind = p(y) p(u),
-the joint at level a is p_a = p_ind + a (p_obs - p_ind) (a = 1 observed, 0 independent, -1 reversed; the
-difference has zero row and column sums, so the marginals never move). A held-out resample at level a is
-the held-out set reweighted by p_a / p_obs per (y, u) cell, the expectation of drawing records cell by cell.
-Where p_a would go negative, the level is cut to the most reversed feasible one and that level is reported.
-
-Two linear heads: the exposed head fitted on train as it is; the control head fitted on train reweighted
-to p_ind (y independent of u, fixed marginals). Excess vulnerability
-G = [AUC_exp(observed) - AUC_exp(reversed)] - [AUC_ctl(observed) - AUC_ctl(reversed)].
-The AUROCs behind G, the heads' utility and its change are scikit-learn's roc_auc_score; the curves' levels,
-the bootstrap draws and the random controls use `weighted_auroc`, its vectorized twin over weight vectors
-(equal to roc_auc_score with sample weights; checked in the tests).
+The regimes (regimes.py) keep both held-out marginals and set the y-u odds ratio to kappa^e (kappa the train
+split's natural odds ratio; e = 1 aligned, 0 independent, -1 reversed). Two linear heads: the exposed head fitted
+on train as it is; the control head fitted on train reweighted to independence (same marginals). Excess
+vulnerability G = [AUC_exp(aligned) - AUC_exp(reversed)] - [AUC_ctl(aligned) - AUC_ctl(reversed)]
+(PhysioTRACE Table 15: ECGFounder 0.943 - 0.878 - (0.936 - 0.895) = 0.024, Table 1: 0.023).
+AUROCs under record weights come from `weighted_auroc`, the vectorized twin of scikit-learn's roc_auc_score with
+sample weights (checked in the tests), so every bootstrap draw and regime is one pass.
 """
 
 from __future__ import annotations
@@ -20,45 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raybench.analysis.provenance_audit import regimes as rg
 from raybench.analysis.provenance_audit.probes import Probe, fit_logistic, nll
-
-
-def joint(y: np.ndarray, u: np.ndarray, k: int, weights: np.ndarray | None = None) -> np.ndarray:
-    """Joint distribution [2, k] of binary y and u in 0..k-1 (weighted)."""
-    w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
-    table = np.zeros((2, k))
-    np.add.at(table, (np.asarray(y, dtype=np.int64), np.asarray(u, dtype=np.int64)), w)
-    return table / max(table.sum(), 1e-300)
-
-
-def independent(p: np.ndarray) -> np.ndarray:
-    return np.outer(p.sum(1), p.sum(0))
-
-
-def feasible_level(p: np.ndarray, a: float) -> float:
-    """The level closest to `a` (towards 0) at which p_ind + level (p - p_ind) has no negative cell."""
-    ind = independent(p)
-    diff = p - ind
-    if a >= 0:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cap = np.where(diff < 0, ind / -diff, np.inf).min()
-        return float(min(a, cap))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cap = np.where(diff > 0, ind / diff, np.inf).min()
-    return float(max(a, -cap))
-
-
-def level_joint(p: np.ndarray, a: float) -> np.ndarray:
-    ind = independent(p)
-    return np.clip(ind + a * (p - ind), 0.0, None)
-
-
-def level_weights(y: np.ndarray, u: np.ndarray, k: int, a: float, base: np.ndarray | None = None) -> np.ndarray:
-    """Record weights that turn the (base-weighted) sample's joint into its level-a joint: base * p_a / p_obs."""
-    base = np.ones(len(y)) if base is None else np.asarray(base, dtype=np.float64)
-    p = joint(y, u, k, base)
-    ratio = np.divide(level_joint(p, a), p, out=np.zeros_like(p), where=p > 0)
-    return base * ratio[np.asarray(y, dtype=np.int64), np.asarray(u, dtype=np.int64)]
 
 
 def weighted_auroc(scores: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -111,9 +69,8 @@ def fit_heads(x_tr: np.ndarray, y_tr: np.ndarray, u_tr: np.ndarray, x_val: np.nd
               u_val: np.ndarray, k: int, c_grid: tuple[float, ...]) -> Heads:
     """Exposed head (train as it is) and control head (train reweighted to y independent of u); each keeps the
     C with the lowest validation cross-entropy under its own training distribution (observed, independent)."""
-    w_ind_tr = level_weights(y_tr, u_tr, k, 0.0)
-    w_ind_tr = w_ind_tr * len(w_ind_tr) / w_ind_tr.sum()
-    w_ind_val = level_weights(y_val, u_val, k, 0.0)
+    w_ind_tr = independence_weights(y_tr, u_tr, k)
+    w_ind_val = independence_weights(y_val, u_val, k)
     heads = []
     for w_tr, w_val in ((None, None), (w_ind_tr, w_ind_val)):
         best: tuple[float, Probe] | None = None
@@ -127,42 +84,68 @@ def fit_heads(x_tr: np.ndarray, y_tr: np.ndarray, u_tr: np.ndarray, x_val: np.nd
     return Heads(*heads)
 
 
-def curve(scores: tuple[np.ndarray, np.ndarray], y: np.ndarray, u: np.ndarray, k: int,
-          levels: tuple[float, ...]) -> list[dict[str, float]]:
-    """Point AUROC of both heads at every association level (feasible level reported beside the asked one); one
-    vectorized pass per head over the levels' weights."""
-    p = joint(y, u, k)
-    used = [feasible_level(p, a) for a in levels]
-    w = np.vstack([level_weights(y, u, k, lvl) for lvl in used])
+def independence_weights(y: np.ndarray, u: np.ndarray, k: int) -> np.ndarray:
+    """Record weights (mean one) that make y independent of u with both marginals kept: p(y) p(u) / p(y, u)."""
+    p = rg.joint(y, u, k)
+    ratio = np.divide(np.outer(p.sum(1), p.sum(0)), p, out=np.zeros_like(p), where=p > 0)
+    w = ratio[np.asarray(y, dtype=np.int64), np.asarray(u, dtype=np.int64)]
+    return w * len(w) / w.sum()
+
+
+@dataclass(frozen=True)
+class Regimes:
+    """The stress regimes of one held-out set: exponents e and their cell weights [R, 2, k] (regimes.py)."""
+
+    exponents: tuple[float, ...]
+    ratios: np.ndarray
+    kappa: float  # natural (train) odds ratio of u = 1 vs u = 0; NaN when u has more than two groups
+
+    @classmethod
+    def build(cls, y_tr: np.ndarray, u_tr: np.ndarray, y_te: np.ndarray, u_te: np.ndarray, k: int,
+              exponents: tuple[float, ...]) -> Regimes:
+        ex = tuple(dict.fromkeys((*map(float, exponents), 1.0, 0.0, -1.0)))
+        p_nat, p_obs = rg.joint(y_tr, u_tr, k), rg.joint(y_te, u_te, k)
+        kappa = rg.odds_ratio(p_nat) if k == 2 else float("nan")
+        return cls(ex, rg.regime_ratios(p_nat, p_obs, ex), kappa)
+
+    def weights(self, y: np.ndarray, u: np.ndarray, e: float, base: np.ndarray | None = None) -> np.ndarray:
+        """Record weights of regime e ([n], or [B, n] times a bootstrap's base weights)."""
+        w = rg.record_weights(self.ratios[[self.exponents.index(float(e))]], y, u)[0]
+        return w if base is None else base * w[None, :]
+
+
+def curve(scores: tuple[np.ndarray, np.ndarray], y: np.ndarray, u: np.ndarray, reg: Regimes,
+          exponents: tuple[float, ...]) -> list[dict[str, float]]:
+    """AUROC of both heads in every regime (one vectorized pass per head)."""
+    w = np.vstack([reg.weights(y, u, e) for e in exponents])
     exposed, control = weighted_auroc(scores[0], y, w), weighted_auroc(scores[1], y, w)
-    return [{"level": float(a), "level_used": lvl, "auroc_exposed": float(e), "auroc_control": float(c)}
-            for a, lvl, e, c in zip(levels, used, exposed, control, strict=True)]
+    return [{"level": float(e), "odds_ratio": reg.kappa ** e, "auroc_exposed": float(a), "auroc_control": float(c)}
+            for e, a, c in zip(exponents, exposed, control, strict=True)]
 
 
-def g_point(scores: tuple[np.ndarray, np.ndarray], y: np.ndarray, u: np.ndarray, k: int) -> float:
-    """G from point AUROCs (observed vs the most reversed feasible level)."""
-    p = joint(y, u, k)
-    w_obs = np.ones(len(y))
-    w_rev = level_weights(y, u, k, feasible_level(p, -1.0))
-    drop = [auroc(s, y, w_obs) - auroc(s, y, w_rev) for s in scores]
-    return float(drop[0] - drop[1])
+@dataclass(frozen=True)
+class StressAUROCs:
+    """AUROCs [B] (or [1] for the point) of both heads in the regimes the gates and verdict read."""
+
+    exp_aligned: np.ndarray
+    exp_reversed: np.ndarray
+    ctl_aligned: np.ndarray
+    ctl_reversed: np.ndarray
+    ctl_independent: np.ndarray
+    exp_observed: np.ndarray
+
+    @property
+    def g(self) -> np.ndarray:
+        return (self.exp_aligned - self.exp_reversed) - (self.ctl_aligned - self.ctl_reversed)
 
 
-def draw_weights(y: np.ndarray, u: np.ndarray, k: int, base: np.ndarray, a: float) -> np.ndarray:
-    """Level-a weights within each bootstrap draw (rows of base [B, n]): each draw's own joint sets p_obs."""
-    out = np.empty_like(base)
-    yi, ui = np.asarray(y, dtype=np.int64), np.asarray(u, dtype=np.int64)
-    for b in range(base.shape[0]):
-        p = joint(yi, ui, k, base[b])
-        lvl = feasible_level(p, a)
-        ratio = np.divide(level_joint(p, lvl), p, out=np.zeros_like(p), where=p > 0)
-        out[b] = base[b] * ratio[yi, ui]
-    return out
-
-
-def g_draws(scores: tuple[np.ndarray, np.ndarray], y: np.ndarray, u: np.ndarray, k: int,
-            base: np.ndarray) -> np.ndarray:
-    """G per patient-bootstrap draw (base: record weights [B, n] from the patient multiplicities)."""
-    w_rev = draw_weights(y, u, k, base, -1.0)
-    drops = [weighted_auroc(s, y, base) - weighted_auroc(s, y, w_rev) for s in scores]
-    return drops[0] - drops[1]
+def stress_aurocs(scores: tuple[np.ndarray, np.ndarray], y: np.ndarray, u: np.ndarray, reg: Regimes,
+                  base: np.ndarray | None = None) -> StressAUROCs:
+    """AUROCs of both heads under aligned, reversed, independent and observed weights (base: bootstrap draws
+    [B, n]; None: the point estimate)."""
+    b = np.ones((1, len(y))) if base is None else np.atleast_2d(base)
+    al, rev, ind = (reg.weights(y, u, e, b) for e in (1.0, -1.0, 0.0))
+    exp = weighted_auroc(scores[0], y, np.vstack([al, rev, b]))
+    ctl = weighted_auroc(scores[1], y, np.vstack([al, rev, ind]))
+    n = b.shape[0]
+    return StressAUROCs(exp[:n], exp[n:2 * n], ctl[:n], ctl[n:2 * n], ctl[2 * n:], exp[2 * n:])

@@ -1,22 +1,36 @@
-"""Verify (docs/protocol.md §12.5): the verdict of one model x depth x provenance variable.
+"""Verify (docs/protocol.md §12.5): the verdict of one model x depth x provenance variable, in this order:
 
+- "not audited": a held-out (y, u) cell is below `provenance.min_cell_records` (decided before any estimate);
 - "no reliance": the 95% interval of G lies within [-epsilon, epsilon];
-- reliance (the interval's lower bound exceeds epsilon), then per rank p in order:
-  "reliance, remedy certified" when the removal's G reduction beats every matched random control and the 95%
-  lower bound of the utility change (exposed-head AUROC on observed held-out data, after minus before) stays
-  above -delta; else "reliance, remedy refused" with the reason of every rank;
-- "inconclusive": neither (the interval reaches past epsilon without clearing it) - more patients needed.
+- "negative G (protective)": the interval lies below 0 and reaches past -epsilon (the exposed head gains when the
+  association reverses) - a confident result, not "inconclusive";
+- "inconclusive": the G gate fails (G < epsilon or its lower bound <= 0) without either of the above;
+- "not attributable": G passes but a validity gate fails (control reversed advantage, exposed aligned
+  non-inferiority, conditional device recoverability, embedding above the metadata comparator);
+- at the modality's fixed rank (`provenance.verdict_rank`, ECG 1): "reliance, remedy refused: no better than random
+  controls" unless the targeted removal reduces G (lower bound > 0) and beats every matched random control;
+  "reliance, remedy refused: utility loss" unless the utility change's lower bound stays above -delta; else
+  "reliance, remedy certified". Utility is the control head's AUROC change in the independent regime (the head and
+  regime of PhysioTRACE Table 1: ECGFounder -0.004 = Table 15's control head, independent, projected - full).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from raybench.analysis.provenance_audit.gates import G_GATE, VALIDITY, Gate
+
 NO_RELIANCE = "no reliance"
 CERTIFIED = "reliance, remedy certified"
 REFUSED = "reliance, remedy refused"
+REFUSED_CONTROLS = f"{REFUSED}: no better than random controls"
+REFUSED_UTILITY = f"{REFUSED}: utility loss"
+NOT_ATTRIBUTABLE = "not attributable"
+NEGATIVE = "negative G (protective)"
 INCONCLUSIVE = "inconclusive"
 NOT_AUDITED = "not audited"
+VERDICTS = (NO_RELIANCE, CERTIFIED, REFUSED_CONTROLS, REFUSED_UTILITY, NOT_ATTRIBUTABLE, NEGATIVE, INCONCLUSIVE,
+            NOT_AUDITED)
 
 
 @dataclass(frozen=True)
@@ -24,37 +38,46 @@ class Removal:
     """What Verify needs of one rank-p removal."""
 
     rank: int
-    g_reduction: float  # G before - G after (point)
+    reduction: Gate  # gate 6: G before - G after
     control_max_reduction: float  # the largest G reduction among the random controls
-    utility_low: float  # 95% lower bound of the exposed head's observed AUROC change
+    utility_low: float  # 95% lower bound of the control head's independent-regime AUROC change
+
+    @property
+    def beats_controls(self) -> bool:
+        return self.reduction.estimate > self.control_max_reduction
 
 
-def removal_reasons(rm: Removal, delta: float) -> list[str]:
-    """Why a removal is not certified ([] when it is)."""
-    reasons = []
-    if not rm.g_reduction > rm.control_max_reduction:
-        reasons.append(f"p={rm.rank}: G reduction {rm.g_reduction:.3f} does not beat the random controls' "
-                       f"{rm.control_max_reduction:.3f}")
+def removal_verdict(rm: Removal, delta: float) -> tuple[str, str]:
+    """The remedy's verdict and reason at one rank."""
+    if not (rm.reduction.passed and rm.beats_controls):
+        return REFUSED_CONTROLS, (f"p={rm.rank}: G reduction {rm.reduction.estimate:.3f} [{rm.reduction.ci_low:.3f}, "
+                                  f"{rm.reduction.ci_high:.3f}] vs the random controls' largest "
+                                  f"{rm.control_max_reduction:.3f}")
     if not rm.utility_low > -delta:
-        reasons.append(f"p={rm.rank}: utility loss beyond delta (AUROC change 95% lower bound "
-                       f"{rm.utility_low:.3f} <= -{delta:g})")
-    return reasons
+        return REFUSED_UTILITY, (f"p={rm.rank}: utility change (control head, independent regime) 95% lower bound "
+                                 f"{rm.utility_low:.3f} <= -{delta:g}")
+    return CERTIFIED, (f"p={rm.rank}: G reduction {rm.reduction.estimate:.3f} beats every random control (max "
+                       f"{rm.control_max_reduction:.3f}); utility change 95% lower bound {rm.utility_low:.3f} > "
+                       f"-{delta:g}")
 
 
-def decide(g_low: float, g_high: float, removals: list[Removal], epsilon: float, delta: float
-           ) -> tuple[str, str, int | None]:
-    """(verdict, reason, certified rank or None)."""
-    if -epsilon <= g_low and g_high <= epsilon:
-        return NO_RELIANCE, f"G 95% interval [{g_low:.3f}, {g_high:.3f}] within +-{epsilon:g}", None
-    if not g_low > epsilon:
-        return INCONCLUSIVE, (f"G 95% interval [{g_low:.3f}, {g_high:.3f}] neither within +-{epsilon:g} nor above "
-                              f"{epsilon:g}"), None
-    reasons: list[str] = []
-    for rm in removals:
-        why = removal_reasons(rm, delta)
-        if not why:
-            return CERTIFIED, (f"p={rm.rank}: G reduction {rm.g_reduction:.3f} beats every random control (max "
-                               f"{rm.control_max_reduction:.3f}); utility change 95% lower bound "
-                               f"{rm.utility_low:.3f} > -{delta:g}"), rm.rank
-        reasons += why
-    return REFUSED, "; ".join(reasons) or "no removal was possible", None
+def decide(gates: dict[str, Gate], removal: Removal | None, epsilon: float, delta: float) -> tuple[str, str]:
+    """(verdict, reason) from the gates (by name) and the removal at the verdict rank (None: none was possible)."""
+    g = gates[G_GATE]
+    span = f"G {g.estimate:.3f}, 95% interval [{g.ci_low:.3f}, {g.ci_high:.3f}]"
+    if -epsilon <= g.ci_low and g.ci_high <= epsilon:
+        return NO_RELIANCE, f"{span} within +-{epsilon:g}"
+    if g.ci_high < 0 and g.ci_low < -epsilon:
+        return NEGATIVE, f"{span} below 0: the exposed head gains when the association reverses"
+    if not g.passed:
+        return INCONCLUSIVE, f"{span}: neither within +-{epsilon:g} nor >= {epsilon:g} with lower bound > 0"
+    failed = [gates[n] for n in VALIDITY if n in gates and gates[n].passed is False]
+    if failed:
+        return NOT_ATTRIBUTABLE, f"{span}, but fails: " + "; ".join(f.describe() for f in failed)
+    skipped = [gates[n] for n in VALIDITY if n in gates and gates[n].passed is None]
+    note = "".join(f" ({s.name} not evaluated: {s.note})" for s in skipped)
+    if removal is None:
+        return REFUSED_CONTROLS, f"{span}; no removal was possible at the verdict rank{note}"
+    verdict, why = removal_verdict(removal, delta)
+    return verdict, f"{span}; {why}{note}"
+

@@ -33,6 +33,30 @@ def planted_inputs(n_patients: int = 1000, assoc: float = 0.95, test_assoc: floa
                   {s: y[split == s] for s in SPLITS}, {s: pid[split == s].astype(str) for s in SPLITS})
 
 
+def confounded_inputs(n_patients: int = 3000, era: float = 3.0, signal: float = 2.0, d: int = 32,
+                      seed: int = 0) -> Inputs:
+    """u tied to y only through a metadata covariate: a recording year m per patient sets the device (u = 1 after
+    a changeover, with some overlap) and the diagnosis prevalence (P(y=1) = sigmoid(2 m)); the embedding carries
+    the diagnosis (`signal`) and the era (`era` x m: a drift of the recordings over time), no device artifact.
+    Metadata features: year (m), age and sex (noise). Splits as planted_inputs."""
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal(n_patients)
+    u_p = (m + 0.5 * rng.standard_normal(n_patients) > 0).astype(np.int64)
+    y_p = (rng.random(n_patients) < 1 / (1 + np.exp(-2.0 * m))).astype(np.int64)
+    split_p = rng.choice(3, n_patients, p=[0.6, 0.2, 0.2])
+    pid = np.repeat(np.arange(n_patients), 2)
+    u, y, split = u_p[pid], y_p[pid], np.array(SPLITS)[split_p][pid]
+    x = rng.standard_normal((len(pid), d))
+    x[:, 0] += signal * y
+    x[:, 1] += era * m[pid]
+    x = x @ np.linalg.qr(rng.standard_normal((d, d)))[0]
+    meta = np.column_stack([1990 + 5 * m[pid], rng.uniform(20, 90, len(pid)), rng.integers(0, 2, len(pid))])
+    names = np.array(["A", "B"])
+    return Inputs({s: x[split == s] for s in SPLITS}, {s: names[u[split == s]] for s in SPLITS},
+                  {s: y[split == s] for s in SPLITS}, {s: pid[split == s].astype(str) for s in SPLITS},
+                  {s: meta[split == s] for s in SPLITS})
+
+
 def encode_in_process(root: Path, model: str, layers: list[int]) -> None:
     """Activation stores of `model` (demo size) at `layers` for every manifest record, without Ray Data."""
     import torch

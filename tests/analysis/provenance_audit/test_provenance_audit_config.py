@@ -17,6 +17,9 @@ def test_yaml_section_and_defaults(tmp_path):
     assert cfg.provenance.enabled and cfg.provenance.target == "MI" and cfg.provenance.ranks == (1,)
     assert cfg.provenance.association_levels == (1.0, 0.0, -1.0)
     assert demo_run().provenance == ProvenanceConfig() and not ProvenanceConfig().enabled
+    d = ProvenanceConfig()
+    assert (d.min_cell_records, d.verdict_rank, d.delta, d.device_grouping) == (75, 1, 0.01, "raw")
+    assert d.association_levels == (1.0, 0.5, 0.0, -0.5, -1.0)  # kappa, sqrt(kappa), 1, 1/sqrt(kappa), 1/kappa
 
 
 def test_the_audit_settings_do_not_change_the_config_hash():
@@ -30,6 +33,9 @@ def test_the_audit_settings_do_not_change_the_config_hash():
     ("ranks", (0,), "provenance.ranks"),
     ("draws", 0, "provenance.draws"),
     ("variables", ("device", "device"), "distinct"),
+    ("verdict_rank", 3, "provenance.verdict_rank"),
+    ("device_grouping", "model", "provenance.device_grouping"),
+    ("min_cell_records", 0, "provenance.min_cell_records"),
 ])
 def test_bad_values_name_the_key(field, value, match):
     with pytest.raises(ConfigError, match=match):

@@ -18,6 +18,7 @@ MODEL = "ecg_fm"  # its native preprocessing standardizes each lead but keeps th
 def _config(root, **provenance) -> RunConfig:
     p = demo_protocol()
     p = replace(p, grid=replace(p.grid, models=(MODEL,), depths=(0.0,), sensitivity_depth=None))
+    provenance = {"min_cell_records": 5, **provenance}  # a small cohort: cells of a few dozen records
     pcfg = ProvenanceConfig(enabled=True, min_group_records=8, random_controls=20, draws=100, **provenance)
     return RunConfig(run_dir=str(root), protocol=p, provenance=pcfg).validate()
 
@@ -44,14 +45,19 @@ def test_planted_cohort_through_the_encoder_is_recovered_and_relied_on(tmp_path,
     assert ver.g_ci_low > cfg.provenance.epsilon, ver.reason  # G clearly > 0
     assert ver.verdict.startswith("reliance"), ver.reason
     for name in ("provenance_recover", "provenance_stress", "provenance_controls", "provenance_verdicts",
-                 "provenance_features"):
+                 "provenance_gates", "provenance_features"):
         assert (layout.tables_dir / f"{name}.parquet").exists()
     for stem in ("provenance_lpi", "provenance_curves", "provenance_removal"):
         assert (layout.figures_dir / f"{stem}.png").exists()
     html = render_report(layout.root).read_text()
     section = html[html.index('<section id="provenance_audit">'):]
-    assert section.index("Verdicts (") < section.index("Recover: LPI")  # leads with the verdict table
+    assert section.index("Verdicts (") < section.index("Validity and verification gates") \
+        < section.index("Recover: LPI")  # leads with the verdict table, then the gates
     assert ver.verdict in section
+    gates = tables["provenance_gates"]
+    assert len(gates) == 6 and gates.gate.is_unique
+    # the synthetic cohort's ptbxl_database.csv carries age, sex and recording date: the comparator is evaluated
+    assert gates.set_index("gate").loc["embedding probe above metadata", "passed"] in (True, False)
 
 
 def test_ptbxl_sample_runs_and_says_the_groups_are_too_small(ptbxl_sample, tmp_path, ray_cluster):

@@ -1,0 +1,104 @@
+"""The validity and verification gates (docs/protocol.md §12.5; PhysioTRACE Table 16), each an estimate, a 95%
+patient-bootstrap interval and pass / fail:
+
+1. excess gap G >= epsilon with lower bound > 0 (a reliance large enough to matter);
+2. control reversed advantage AUC_ctl(reversed) - AUC_exp(reversed) >= epsilon, lower bound > 0 (the control head
+   is the better head once the association reverses: a control that is merely weak cannot pass);
+3. exposed aligned non-inferiority AUC_exp(aligned) - AUC_ctl(aligned), lower bound >= -delta (the exposed head is
+   not simply a worse model);
+4. conditional device recoverability: AUROC of the device probe within each stratum of y (mean over strata and,
+   for more than two groups, one-vs-rest over groups), lower bound > 0.5;
+5. embedding probe above a metadata-only comparator (age, sex, recording year): gate 4's AUROC from the embedding
+   minus that from the metadata alone, paired draws, lower bound > 0 (Table 16's 0.897 vs 0.750: 0.147);
+6. the targeted projection reduces G: G before - G after, lower bound > 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from raybench.analysis.provenance_audit.probes import interval
+from raybench.analysis.provenance_audit.stress import StressAUROCs, weighted_auroc
+
+G_GATE = "excess gap G"
+CONTROL_GATE = "control reversed advantage"
+ALIGNED_GATE = "exposed aligned non-inferiority"
+RECOVER_GATE = "conditional device recoverability"
+METADATA_GATE = "embedding probe above metadata"
+REDUCE_GATE = "targeted projection reduces G"
+VALIDITY = (CONTROL_GATE, ALIGNED_GATE, RECOVER_GATE, METADATA_GATE)
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    criterion: str
+    estimate: float
+    ci_low: float
+    ci_high: float
+    passed: bool | None  # None: not evaluated (the note says why)
+    note: str = ""
+
+    def row(self) -> dict:
+        """The gates table's columns (`gate` for the name)."""
+        row = asdict(self)
+        return {"gate": row.pop("name"), **row}
+
+    def describe(self) -> str:
+        return f"{self.name} {self.estimate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] ({self.criterion})"
+
+
+def _gate(name: str, criterion: str, point: float, draws: np.ndarray, test) -> Gate:
+    lo, hi = interval(draws)
+    ok = bool(np.isfinite(point) and np.isfinite(lo) and test(point, lo))
+    return Gate(name, criterion, float(point), lo, hi, ok)
+
+
+def not_evaluated(name: str, criterion: str, note: str) -> Gate:
+    return Gate(name, criterion, float("nan"), float("nan"), float("nan"), None, note)
+
+
+def conditional_auroc(scores: np.ndarray, u: np.ndarray, y: np.ndarray, k: int, base: np.ndarray) -> np.ndarray:
+    """Device-probe AUROC within the strata of y, per weight row of base [B, n] -> [B]. scores [n, k]: the probe's
+    log-probability of each group; for each stratum and each group j (only j = 1 when k = 2) the AUROC of
+    scores[:, j] for u == j, averaged."""
+    scores = np.asarray(scores, dtype=np.float64)
+    base = np.atleast_2d(base)
+    vals = []
+    for s in np.unique(y):
+        mask = (np.asarray(y) == s).astype(np.float64)
+        for j in ([1] if k == 2 else range(k)):
+            vals.append(weighted_auroc(scores[:, j], (np.asarray(u) == j).astype(np.int64), base * mask[None, :]))
+    return np.nanmean(np.vstack(vals), axis=0)
+
+
+def validity_gates(before_pt: StressAUROCs, before_b: StressAUROCs, recover_pt: float, recover_b: np.ndarray,
+                   meta_pt: float | None, meta_b: np.ndarray | None, epsilon: float, delta: float) -> list[Gate]:
+    """Gates 1-5 from the heads' AUROCs before removal and the conditional recoverability of the embedding and
+    (None: no metadata) of the metadata-only probe."""
+    gates = [
+        _gate(G_GATE, f">= {epsilon:g} and 95% lower bound > 0", before_pt.g[0], before_b.g,
+              lambda p, lo: p >= epsilon and lo > 0),
+        _gate(CONTROL_GATE, f">= {epsilon:g} and 95% lower bound > 0",
+              (before_pt.ctl_reversed - before_pt.exp_reversed)[0], before_b.ctl_reversed - before_b.exp_reversed,
+              lambda p, lo: p >= epsilon and lo > 0),
+        _gate(ALIGNED_GATE, f"95% lower bound >= -{delta:g}", (before_pt.exp_aligned - before_pt.ctl_aligned)[0],
+              before_b.exp_aligned - before_b.ctl_aligned, lambda p, lo: lo >= -delta),
+        _gate(RECOVER_GATE, "95% lower bound > 0.5", recover_pt, recover_b, lambda p, lo: lo > 0.5),
+    ]
+    if meta_pt is None or meta_b is None:
+        gates.append(not_evaluated(METADATA_GATE, "paired 95% lower bound > 0",
+                                   "no metadata (age, sex, recording date) for these records"))
+    else:
+        gates.append(_gate(METADATA_GATE, "paired 95% lower bound > 0", recover_pt - meta_pt, recover_b - meta_b,
+                           lambda p, lo: lo > 0))
+    return gates
+
+
+def reduction_gate(before_pt: StressAUROCs, before_b: StressAUROCs, after_pt: StressAUROCs,
+                   after_b: StressAUROCs) -> Gate:
+    """Gate 6: G before - G after the targeted removal (paired draws), lower bound > 0."""
+    return _gate(REDUCE_GATE, "95% lower bound > 0", (before_pt.g - after_pt.g)[0], before_b.g - after_b.g,
+                 lambda p, lo: lo > 0)
