@@ -91,10 +91,11 @@ def test_readme_gives_the_commands_and_the_run_this_file_runs(tmp_path):
     start = (f"RAY_FAKE_CLUSTER=1 ray start --head --num-cpus={head['CPU']} --num-gpus={head.get('GPU', 0)} "
              "--dashboard-host=127.0.0.1 --autoscaling-config=cluster/local.yaml")
     assert start in " ".join(body.replace("\\\n", " ").split()), f"the README must show: {start}"
-    for command in ("raybench submit -- grid --config rehearsal.yaml", "ray status", "ray stop"):
+    for command in ("RAY_ADDRESS=127.0.0.1:6379 raybench grid --config rehearsal.yaml", "ray status", "ray stop",
+                    "export RAY_AUTH_MODE=token"):
         assert command in body
     raw = _rehearsal_yaml()
-    assert Path(raw["run_dir"]).is_absolute(), "a submitted job runs in its own working dir: run_dir is absolute"
+    assert Path(raw["run_dir"]).is_absolute(), "every node reads and writes the same run_dir: absolute"
     (tmp_path / "rehearsal.yaml").write_text(yaml.safe_dump(raw))
     cfg = load_run_config(tmp_path / "rehearsal.yaml")
     assert cfg.encoders.num_gpus == "auto" and cfg.resources.trial_gpus == "auto", "the rehearsal is of auto shares"
