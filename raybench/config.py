@@ -222,9 +222,12 @@ class ReliabilityConfig:
     variance shares and SNR, which need >= 6)."""
     warmup_fraction: float = 0.25
     """Snapshots at fractions >= this are post-warmup (docs/protocol.md §11.3)."""
-    panel_steps: tuple[int, ...] = (20, 60, 150, 400)
+    panel_steps: tuple[int, ...] = (15, 40, 100, 250)
     """Training steps of the ground-truth panel's SAEs (each combined with every panel E and k): 4 x 5 = 20
     trained members at one width, the fewest over which a Spearman rho has power (docs/protocol.md §11.4)."""
+    panel_variants: tuple[str, ...] = ("base", "steep_zipf", "correlated")
+    """Synthetic models the panel is trained on (ground_truth.VARIANTS); the first decides, the others test
+    robustness."""
     panel_expansions: tuple[int, ...] = (2,)
     """Expansions E of the panel's SAEs (synthetic d = 128, 192 true features); one width, as the paper's panel."""
     panel_ks: tuple[int, ...] = (4, 8, 12, 16, 24)
@@ -240,6 +243,11 @@ class ReliabilityConfig:
             raise ConfigError(f"reliability.fractions must lie in [0, 1] and include 1, got {list(self.fractions)}")
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError(f"reliability.warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
+        from raybench.analysis.reliability.ground_truth import VARIANTS
+
+        if not self.panel_variants or any(v not in VARIANTS for v in self.panel_variants):
+            raise ConfigError(f"reliability.panel_variants must be names among {sorted(VARIANTS)}, got "
+                              f"{list(self.panel_variants)}")
         for name in ("panel_steps", "panel_expansions", "panel_ks"):
             if not getattr(self, name) or any(v < 1 for v in getattr(self, name)):
                 raise ConfigError(f"reliability.{name} must be a non-empty list of integers >= 1")

@@ -20,7 +20,8 @@ CAPTIONS = {
     "reliability_variance": "Share of each metric's variation across primary cells explained by model, depth, E, "
                             "training seed, their interactions and the seed residual (type I ANOVA).",
     "reliability_ground_truth": "raybench metrics against GT-MCC on the synthetic ground-truth panel (circles: "
-                                "trained SAEs; squares: controls; star: oracle).",
+                                "trained SAEs; squares: controls; star: the exact oracle; accessibility_out: the "
+                                "out-of-SAE negative control).",
     "reliability_training": "Metrics at fixed fractions of training for the sampled stacks (one line per cell).",
 }
 SHARE_COLORS = {"model": "C0", "depth": "C1", "expansion": "C2", "seed": "C3", "interactions": "C7",
@@ -49,7 +50,10 @@ def _ground_truth(t: dict[str, pd.DataFrame]) -> Figure | None:
     panel = t.get("reliability_panel")
     if panel is None or panel.empty:
         return None
-    metrics = ["reconstruction", "accessibility", "coverage", "dead_fraction", "reproducibility"]
+    if "variant" in panel:
+        panel = panel[panel.variant == panel.variant.iloc[0]]  # the deciding synthetic model
+    metrics = [m for m in ("reconstruction", "accessibility", "coverage", "dead_fraction", "reproducibility",
+                           "accessibility_out") if m in panel]
     rows, cols = panel_grid(len(metrics))
     fig = Figure(figsize=(3.0 * cols, 2.6 * rows), layout="constrained")
     for i, m in enumerate(metrics):

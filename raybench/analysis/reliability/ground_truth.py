@@ -1,17 +1,19 @@
-"""A synthetic activation model with a known dictionary, and ground-truth scores of an SAE against it
-(docs/protocol.md §11.4). Pure numpy/scipy; the panel (panel.py) trains SAEs on it.
+"""A synthetic activation model with a known dictionary, after SynthSAEBench (docs/protocol.md §11.4), and
+ground-truth scores of an SAE against it. Pure numpy/scipy; the panel (panel.py) trains SAEs on it.
 
-Features are unit directions in d dimensions, more of them than d (superposition). Some come in hierarchies:
-a child fires only when its parent fires, and siblings exclude each other (at most one child per parent
-firing). Some pairs fire together more often than chance (a Gaussian copula with correlation `rho`). Every
-feature has its own firing rate (log-uniform) and a positive magnitude when it fires. Concepts are known
-functions of the feature activations: one feature's firing, the OR of two features' firing, and one feature's
-magnitude.
+F unit directions in d < F dimensions (superposition). Feature i's base firing rate follows a Zipf law in its
+index (earlier features fire more). Some features form disjoint trees of depth `depth` and branching
+`branching`: a child fires only when its parent fires, at most one child of a parent fires (siblings exclude
+each other), chosen in proportion to the children's base rates. Roots and features outside trees fire
+independently, except correlated pairs (a Gaussian copula). A firing feature's magnitude is a rectified Gaussian
+ReLU(mu_i + sigma_i eps), so a firing feature can have magnitude 0 (it then counts as not firing). x = c D + b +
+noise. An SAE of width N is expected to learn the N most frequent features: indices < N are "in-SAE", the rest
+"out-of-SAE" (paper §5.2).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -20,32 +22,54 @@ from scipy.optimize import linear_sum_assignment
 
 @dataclass(frozen=True)
 class SyntheticSpec:
-    """Size and structure of the synthetic model."""
+    """Size and structure of the synthetic model (default: fits the demo's audit budget)."""
 
-    d: int = 128
+    d: int = 96
     """Activation width."""
-    n_features: int = 192
-    """True features (> d: superposition)."""
-    n_records: int = 2000
-    """Records drawn (split 70/15/15 into train/val/test by panel.py)."""
-    n_parents: int = 8
-    """Parents of hierarchies; each has `children` children that fire only with it, one at a time."""
-    children: int = 3
-    """Children per parent."""
-    n_correlated_pairs: int = 8
-    """Feature pairs whose firing is correlated (Gaussian copula)."""
+    n_features: int = 384
+    """True features F (> d: superposition)."""
+    n_trees: int = 6
+    """Disjoint feature trees."""
+    branching: int = 3
+    """Children per tree node."""
+    depth: int = 3
+    """Levels below a tree's root (paper §5.1: 3)."""
+    zipf_exponent: float = 0.5
+    """Base firing rate of feature i: rate_max (i + 1)^-zipf_exponent."""
+    rate_max: float = 0.3
+    """Base rate of feature 0."""
+    child_fire: float = 0.7
+    """Probability that one child fires when its parent fires."""
+    mu: tuple[float, float] = (0.6, 1.4)
+    """Range of the per-feature mean magnitude mu_i (uniform)."""
+    sigma: float = 0.4
+    """Per-feature magnitude sd sigma_i."""
+    n_correlated_pairs: int = 12
+    """Independent-feature pairs whose firing is correlated (Gaussian copula)."""
     rho: float = 0.6
     """Copula correlation of a correlated pair."""
-    rate_low: float = 0.01
-    """Lowest firing rate (log-uniform between rate_low and rate_high)."""
-    rate_high: float = 0.12
-    """Highest firing rate."""
+    bias_norm: float = 0.5
+    """Norm of the bias b added to every activation."""
     noise: float = 0.02
-    """Standard deviation of isotropic Gaussian noise added to every activation."""
-    concepts_per_kind: int = 4
-    """Concepts of each kind: single feature, OR of two features, continuous magnitude."""
+    """Standard deviation of isotropic Gaussian noise."""
+    n_records: int = 3000
+    """Records drawn (split 70/15/15 into train/val/test by panel.py)."""
     seed: int = 0
     """Generator seed."""
+
+
+PAPER_SPEC = SyntheticSpec(d=768, n_features=16384, n_trees=128, branching=4, depth=3, n_records=8192)
+"""SynthSAEBench-16k's structure (paper §5.1: 16,384 features, 128 trees of branching 4 and depth 3, 10,880 of
+them in trees). d = 768 is assumed (the paper's text does not give it); dense activations take n x F x 8 bytes."""
+VARIANTS = {"base": {}, "steep_zipf": {"zipf_exponent": 0.65, "rate_max": 0.5},
+            "correlated": {"n_correlated_pairs": 40, "rho": 0.85}}
+"""Variant synthetic models the panel's correlations are re-measured on (robustness, paper Appendix I)."""
+
+
+def variant_spec(spec: SyntheticSpec, name: str) -> SyntheticSpec:
+    if name not in VARIANTS:
+        raise ValueError(f"unknown synthetic variant {name!r}; choose from {sorted(VARIANTS)}")
+    return replace(spec, **VARIANTS[name], seed=spec.seed + list(VARIANTS).index(name))
 
 
 @dataclass(frozen=True)
@@ -53,56 +77,105 @@ class SyntheticData:
     x: np.ndarray  # [n, d] activations
     acts: np.ndarray  # [n, F] feature magnitudes (0 = not firing)
     dictionary: np.ndarray  # [F, d] unit rows: the true directions
-    concepts: np.ndarray  # [n, C] concept values
-    concept_names: tuple[str, ...]
+    bias: np.ndarray  # [d]
     parent: np.ndarray  # [F] parent feature index, -1 for none
+    noise: np.ndarray  # [n, d] the noise added
+    fires: np.ndarray  # [n, F] the firing pattern z (the hierarchy holds on it; acts > 0 is what x can show)
+
+
+def tree_size(spec: SyntheticSpec) -> int:
+    return sum(spec.branching ** level for level in range(spec.depth + 1))
+
+
+def tree_layout(spec: SyntheticSpec, rng: np.random.Generator) -> np.ndarray:
+    """parent[F]: each tree's nodes are random feature indices (trees span in- and out-of-SAE features)."""
+    f, size = spec.n_features, tree_size(spec)
+    if spec.n_trees * size + 2 * spec.n_correlated_pairs > f:
+        raise ValueError(f"SyntheticSpec: {spec.n_trees} trees x {size} + {2 * spec.n_correlated_pairs} paired "
+                         f"features exceed n_features={f}")
+    perm = rng.permutation(f)
+    parent = np.full(f, -1)
+    for t in range(spec.n_trees):
+        nodes = np.sort(perm[t * size:(t + 1) * size])  # the root is the tree's most frequent feature
+        for j in range(1, size):
+            parent[nodes[j]] = nodes[(j - 1) // spec.branching]
+    return parent
 
 
 def synthetic_data(spec: SyntheticSpec) -> SyntheticData:
-    """Draw the dictionary, the feature activations and the concepts of `spec`."""
+    """Draw the dictionary, the firing pattern, the magnitudes and the activations of `spec`."""
     rng = np.random.default_rng(spec.seed)
     f, n = spec.n_features, spec.n_records
     dictionary = rng.normal(size=(f, spec.d))
     dictionary /= np.linalg.norm(dictionary, axis=1, keepdims=True)
-    rates = np.exp(rng.uniform(np.log(spec.rate_low), np.log(spec.rate_high), size=f))
+    parent = tree_layout(spec, rng)
+    rates = spec.rate_max * (np.arange(f) + 1.0) ** -spec.zipf_exponent
     z = rng.normal(size=(n, f))
-    perm = rng.permutation(f)
-    n_h = spec.n_parents * (1 + spec.children)
-    if n_h + 2 * spec.n_correlated_pairs > f:
-        raise ValueError(f"SyntheticSpec: {n_h} hierarchy + {2 * spec.n_correlated_pairs} paired features exceed "
-                         f"n_features={f}")
-    pairs = perm[n_h:n_h + 2 * spec.n_correlated_pairs].reshape(-1, 2)
+    free = np.flatnonzero(parent < 0)
+    in_tree = set(np.flatnonzero(parent >= 0)) | set(parent[parent >= 0])
+    singles = np.array([i for i in free if i not in in_tree])
+    pairs = rng.choice(singles, size=2 * spec.n_correlated_pairs, replace=False).reshape(-1, 2)
     z[:, pairs[:, 1]] = spec.rho * z[:, pairs[:, 0]] + np.sqrt(1 - spec.rho ** 2) * z[:, pairs[:, 1]]
-    fires = stats.norm.cdf(z) < rates  # each feature's marginal rate is its own
-    parent = np.full(f, -1)
-    for p in range(spec.n_parents):
-        group = perm[p * (1 + spec.children):(p + 1) * (1 + spec.children)]
-        par, kids = group[0], group[1:]
-        parent[kids] = par
-        fires[:, par] |= rng.random(n) < 0.25  # parents fire often enough for their children
-        choice = rng.integers(0, spec.children + 1, size=n)  # index children: that child, children: none
-        kid_fire = np.zeros((n, spec.children), dtype=bool)
-        kid_fire[np.arange(n), np.minimum(choice, spec.children - 1)] = choice < spec.children
-        fires[:, kids] = kid_fire & fires[:, [par]]  # only with the parent; siblings exclusive
-    acts = np.where(fires, rng.uniform(0.5, 1.5, size=(n, f)), 0.0)
-    x = acts @ dictionary + spec.noise * rng.normal(size=(n, spec.d))
-    concepts, names = _concepts(acts, spec, rng)
-    return SyntheticData(x.astype(np.float32), acts, dictionary, concepts, names, parent)
+    fires = stats.norm.cdf(z) < rates
+    kids_of: dict[int, list[int]] = {}
+    for c in np.flatnonzero(parent >= 0):
+        kids_of.setdefault(int(parent[c]), []).append(int(c))
+    for p in sorted(kids_of, key=lambda p: _level(p, parent)):  # parents before their children
+        kids = np.asarray(kids_of[p])
+        fires[:, kids] = False
+        w = rates[kids] / rates[kids].sum()
+        pick = rng.choice(kids.size, size=n, p=w)
+        on = fires[:, p] & (rng.random(n) < spec.child_fire)
+        fires[np.flatnonzero(on), kids[pick[on]]] = True
+    mu = rng.uniform(*spec.mu, size=f)
+    acts = np.where(fires, np.maximum(mu + spec.sigma * rng.normal(size=(n, f)), 0.0), 0.0)
+    bias = rng.normal(size=spec.d)
+    bias *= spec.bias_norm / np.linalg.norm(bias)
+    noise = spec.noise * rng.normal(size=(n, spec.d))
+    x = acts @ dictionary + bias + noise
+    return SyntheticData(x.astype(np.float32), acts, dictionary, bias, parent, noise, fires)
 
 
-def _concepts(acts: np.ndarray, spec: SyntheticSpec, rng: np.random.Generator) -> tuple[np.ndarray, tuple[str, ...]]:
-    k = spec.concepts_per_kind
-    rates = (acts > 0).mean(axis=0)
-    common = np.flatnonzero(rates >= 0.03)
-    picks = rng.choice(common if common.size >= 4 * k else np.arange(acts.shape[1]), size=4 * k, replace=False)
-    cols, names = [], []
-    for i in range(k):
-        a, b, c, m = picks[i], picks[k + 2 * i], picks[k + 2 * i + 1], picks[3 * k + i]
-        cols += [(acts[:, a] > 0).astype(float), ((acts[:, b] > 0) | (acts[:, c] > 0)).astype(float), acts[:, m]]
-        names += [f"fires_{a}", f"or_{b}_{c}", f"magnitude_{m}"]
-    y = np.stack(cols, axis=1)
-    y = (y - y.mean(axis=0)) / np.where(y.std(axis=0) > 0, y.std(axis=0), 1.0)  # standardized, as the manifest
-    return y.astype(np.float32), tuple(names)
+def _level(i: int, parent: np.ndarray) -> int:
+    level = 0
+    while parent[i] >= 0:
+        i, level = int(parent[i]), level + 1
+    return level
+
+
+FAMILIES = ("in", "out", "mixed")
+
+
+def concept_tasks(acts: np.ndarray, n_in_sae: int, task_seed: int, per_family: int = 6,
+                  min_rate: float = 0.01) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
+    """Synthetic concepts (standardized), their names and families: `in` (a feature < n_in_sae firing, or the OR
+    of two), `out` (the same with features >= n_in_sae: the negative control) and `mixed` (the OR of one of each),
+    drawn by `task_seed` among features firing at rate >= min_rate (paper §5.3)."""
+    rng = np.random.default_rng([task_seed, 31])
+    fire = acts > 0
+    rate = fire.mean(axis=0)
+    usable = rate >= min_rate
+    pool_in = np.flatnonzero(usable[:n_in_sae])
+    pool_out = n_in_sae + np.flatnonzero(usable[n_in_sae:])
+    if pool_in.size < 2 or pool_out.size < 2:
+        raise ValueError(f"concept_tasks: too few features firing at rate >= {min_rate} on one side of {n_in_sae} "
+                         f"({pool_in.size} in, {pool_out.size} out)")
+    cols, names, fams = [], [], []
+    for i in range(per_family):
+        for fam, pools in (("in", (pool_in, pool_in)), ("out", (pool_out, pool_out)), ("mixed", (pool_in, pool_out))):
+            a = int(rng.choice(pools[0]))
+            if fam != "mixed" and i % 2 == 0:
+                cols.append(fire[:, a])
+                names.append(f"{fam}_fires_{a}")
+            else:
+                b = int(rng.choice(pools[1][pools[1] != a]))
+                cols.append(fire[:, a] | fire[:, b])
+                names.append(f"{fam}_or_{a}_{b}")
+            fams.append(fam)
+    y = np.stack(cols, axis=1).astype(np.float64)
+    sd = y.std(axis=0)
+    y = (y - y.mean(axis=0)) / np.where(sd > 0, sd, 1.0)  # standardized, as the manifest
+    return y.astype(np.float32), tuple(names), tuple(fams)
 
 
 def truth_in_normalized_space(dictionary: np.ndarray, std: np.ndarray) -> np.ndarray:

@@ -21,7 +21,8 @@ NUMBERS = {"metric": "metric", "share_snapshots": "share variant", "share_seed":
            "p_gt_mcc": "p GT-MCC", "rho_gt_f1": "ρ GT-F1", "p_gt_f1": "p GT-F1", "n_gt": "trained members",
            "reseed_s": "reseed s (median)", "reseed_s_min": "s min", "reseed_s_max": "s max", "reseed_cv": "CV",
            "reseed_mrd_1": "|D|*₁", "reseed_mrd_3": "|D|*₃", "mrd_3_profile": "|D|*₃ profile",
-           "contrasts_below_mrd": "contrasts < |D|*₃"}
+           "rho_gt_min_variants": "ρ GT (worst variant)", "encoder_only": "encoder-only",
+           "saturated": "saturated", "out_tracks": "out-of-SAE tracks GT", "contrasts_below_mrd": "contrasts < |D|*₃"}
 
 
 VALUE_OF = {"share_snapshots": "share_snapshots", "share_cells": "share_cells", "snr": "snr",
@@ -116,6 +117,7 @@ RELIABILITY_SECTION = Section(
     "For every metric raybench reports: each reliability criterion's state (pass, weak, fail, not assessed) and "
     "number beside its null, and a verdict with the rule that produced it (docs/protocol.md §11).",
     tables=("reliability_variance", "reliability_seed_profiles", "reliability_panel_rho", "reliability_panel",
-            "reliability_training_summary", "reliability_training", "reliability_reseed", "reliability_reseed_cells"),
+            "reliability_training_summary", "reliability_training", "reliability_reseed", "reliability_reseed_cells",
+            "reliability_panel_flags"),
     optional=True, body=reliability_body, needs=("reliability",),
     claims=("reliability", "reliability_contrasts", "reliability_outside", "reliability_profile_intervals"))

@@ -34,13 +34,14 @@ log = logging.getLogger(__name__)
 METRICS = ("reconstruction", "accessibility", "coverage", "dead_fraction", "reproducibility")
 DETERMINISTIC = ("reconstruction", "dead_fraction")  # frozen-order evaluation: no draw, reseed sd 0
 HEAVY = ("reliability_reseed", "reliability_reseed_cells", "reliability_training", "reliability_training_summary",
-         "reliability_panel", "reliability_panel_rho", "reliability_profile_intervals")
+         "reliability_panel", "reliability_panel_rho", "reliability_panel_flags", "reliability_profile_intervals")
 VALUE_COLUMNS = [
     "share_cells", "share_cells_p", "share_seed_cells", "sd_variant", "share_snapshots", "share_snapshots_p",
     "share_seed", "share_snapshot", "snr", "snr_p", "winners", "winners_p", "n_variants", "n_seeds", "rank_rho",
     "rank_p", "rho_step", "p_rise", "p_decline", "rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt",
     "reseed_s", "reseed_s_min", "reseed_s_max", "reseed_cv", "reseed_mrd_1", "reseed_mrd_3", "s_seed_profile",
-    "mrd_3_profile", "tau_seeds", "tau_arms", "tau_selection", "n_outside"]
+    "mrd_3_profile", "tau_seeds", "tau_arms", "tau_selection", "n_outside", "encoder_only", "saturated",
+    "out_tracks", "rho_gt_min_variants"]
 SUMMARY_COLUMNS = ["metric", "verdict", "rule", *[f"state_{c}" for c in CRITERIA], *[f"null_{c}" for c in CRITERIA],
                    *VALUE_COLUMNS, "contrasts_below_mrd"]
 
@@ -112,7 +113,7 @@ def run_reliability(root: str | Path, protocol: Any, rcfg: Any, heavy: bool,
 
 def _heavy(layout: RunLayout, protocol: Any, rcfg: Any, ok: pd.DataFrame, num_workers: int | None,
            secs: dict[str, float]) -> dict[str, pd.DataFrame]:
-    from raybench.analysis.reliability import panel, reseed, training_curve
+    from raybench.analysis.reliability import panel, panel_rho, reseed, training_curve
     from raybench.analysis.reliability.ground_truth import SyntheticSpec
     from raybench.analysis.reliability.sampling import sample_points, sampled_stacks
 
@@ -129,9 +130,13 @@ def _heavy(layout: RunLayout, protocol: Any, rcfg: Any, ok: pd.DataFrame, num_wo
     secs["training"] = time.perf_counter() - t
     t = time.perf_counter()
     spec = panel.PanelSpec(steps=tuple(rcfg.panel_steps), expansions=tuple(rcfg.panel_expansions),
-                           ks=tuple(rcfg.panel_ks), synthetic=SyntheticSpec(seed=rcfg.panel_seed))
+                           ks=tuple(rcfg.panel_ks), synthetic=SyntheticSpec(seed=rcfg.panel_seed),
+                           variants=tuple(rcfg.panel_variants))
     out["reliability_panel"] = panel.run_panel(spec, protocol.sae, protocol.eval, num_workers)
-    out["reliability_panel_rho"] = panel.ground_truth_rho(out["reliability_panel"])
+    out["reliability_panel_rho"] = panel_rho.ground_truth_rho(out["reliability_panel"])
+    source = f"s{max(spec.steps)}-E{max(spec.expansions)}-k{max(spec.ks)}"
+    out["reliability_panel_flags"] = panel_rho.control_flags(out["reliability_panel"], out["reliability_panel_rho"],
+                                                             source)
     secs["panel"] = time.perf_counter() - t
     t = time.perf_counter()
     out["reliability_profile_intervals"] = intervals.profile_intervals(layout.root, protocol, num_workers)
@@ -169,8 +174,16 @@ def _metric_inputs(metric: str, out: dict[str, pd.DataFrame], noise: pd.DataFram
         m.update(evidence.cell_evidence(y))
     m.update(_training_evidence(out.get("reliability_training"), metric, float(rcfg.warmup_fraction)))
     rho = out.get("reliability_panel_rho")
-    for col in ("rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt"):
-        m[col] = _get(rho, metric, col)
+    if rho is not None and not rho.empty:
+        first = rho[rho.variant == rho.variant.iloc[0]]
+        for col in ("rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt"):
+            m[col] = _get(first, metric, col)
+    flags = out.get("reliability_panel_flags")
+    if flags is not None and not flags.empty:
+        m["encoder_only"] = _get(flags, metric, "encoder_only")
+        m["saturated"] = _get(flags, metric, "saturated")
+        m["out_tracks"] = _get(flags, f"{metric}_out", "out_tracks")
+        m["rho_gt_min_variants"] = _get(flags, metric, "rho_best_min_variants")
     rc = out.get("reliability_reseed_cells")
     if rc is not None and not rc.empty:
         from raybench.analysis.reliability.reseed import reseed_summary

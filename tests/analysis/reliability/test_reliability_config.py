@@ -20,7 +20,8 @@ def test_reliability_is_outside_the_config_hash_and_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [{"reseeds": 1}, {"fractions": [0.5]}, {"fractions": [0.0, 2.0, 1.0]},
-                                 {"panel_ks": []}, {"sample_points": 0}, {"warmup_fraction": 1.0}])
+                                 {"panel_ks": []}, {"sample_points": 0}, {"warmup_fraction": 1.0},
+                                 {"panel_variants": ["nope"]}])
 def test_bad_values_name_the_key(tmp_path, bad):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"preset": "demo", "reliability": bad}))

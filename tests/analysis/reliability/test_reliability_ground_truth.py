@@ -1,4 +1,4 @@
-"""The synthetic activation model and the ground-truth scores."""
+"""The SynthSAEBench-like synthetic model, its concept tasks and the ground-truth scores."""
 
 from __future__ import annotations
 
@@ -6,13 +6,20 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from raybench.analysis.reliability.ground_truth import (
+    FAMILIES,
+    PAPER_SPEC,
     SyntheticSpec,
+    concept_tasks,
     gt_f1,
     gt_mcc,
     synthetic_data,
+    tree_layout,
+    tree_size,
     truth_in_normalized_space,
+    variant_spec,
 )
 
 
@@ -21,27 +28,69 @@ def data():
     return synthetic_data(SyntheticSpec())
 
 
-def test_structure_hierarchies_rates_and_superposition(data):
+def test_structure_trees_zipf_rectified_magnitudes_and_superposition(data):
     spec = SyntheticSpec()
-    fire = data.acts > 0
+    fire = data.fires
+    assert np.array_equal(data.acts > 0, fire & (data.acts > 0))  # magnitude only where the pattern fires
     assert data.dictionary.shape == (spec.n_features, spec.d) and spec.n_features > spec.d
     assert np.allclose(np.linalg.norm(data.dictionary, axis=1), 1.0)
     kids = np.flatnonzero(data.parent >= 0)
-    assert kids.size == spec.n_parents * spec.children
+    assert kids.size == spec.n_trees * (tree_size(spec) - 1)  # 6 trees of 1 + 3 + 9 + 27 = 40 nodes
     assert not np.any(fire[:, kids] & ~fire[:, data.parent[kids]])  # a child fires only with its parent
     for p in np.unique(data.parent[kids]):
         assert fire[:, data.parent == p].sum(axis=1).max() <= 1  # siblings exclude each other
-    rates = fire.mean(axis=0)
-    assert rates.max() / max(rates.min(), 1e-9) > 3  # per-feature firing rates differ
-    assert data.concepts.shape == (spec.n_records, 3 * spec.concepts_per_kind)
-    assert np.allclose(data.concepts.mean(axis=0), 0.0, atol=1e-5)
+    depth = max(_depth(i, data.parent) for i in kids)
+    assert depth == spec.depth
+    roots = np.array([i for i in range(spec.n_features) if data.parent[i] < 0])
+    rates = fire[:, roots].mean(axis=0)
+    expected = spec.rate_max * (roots + 1.0) ** -spec.zipf_exponent
+    heavy = expected > 0.05  # Zipf in the index: earlier features fire more (the rectified Gaussian trims a little)
+    assert stats.spearmanr(rates[heavy], expected[heavy]).statistic > 0.8
+    assert np.all(rates <= expected + 0.03)
+    fired = data.acts[fire]
+    assert 0 < (fired == 0).mean() < 0.1 and fired.min() == 0.0  # ReLU(mu + sigma eps): sometimes rectified to 0
+    resid = data.x - data.acts @ data.dictionary - data.bias
+    assert np.allclose(resid, data.noise, atol=1e-5)
+
+
+def _depth(i: int, parent: np.ndarray) -> int:
+    d = 0
+    while parent[i] >= 0:
+        i, d = parent[i], d + 1
+    return d
+
+
+def test_paper_size_matches_synthsaebench_16k():
+    assert PAPER_SPEC.n_features == 16384 and PAPER_SPEC.n_trees == 128
+    assert PAPER_SPEC.n_trees * tree_size(PAPER_SPEC) == 10880  # the rest, 5,504, outside trees (paper §5.1)
+    parent = tree_layout(PAPER_SPEC, np.random.default_rng(0))
+    assert (parent >= 0).sum() == 128 * 84 and (parent < 0).sum() == 16384 - 128 * 84
+
+
+def test_concept_tasks_split_in_out_and_mixed_and_change_with_the_task_seed(data):
+    y, names, fams = concept_tasks(data.acts, 192, task_seed=0)
+    assert y.shape == (data.acts.shape[0], 18) and set(fams) == set(FAMILIES)
+    for name, fam in zip(names, fams, strict=True):
+        feats = [int(v) for v in name.split("_")[2:]]
+        if fam == "in":
+            assert all(f < 192 for f in feats)
+        elif fam == "out":
+            assert all(f >= 192 for f in feats)
+        else:
+            assert feats[0] < 192 <= feats[1]
+    assert np.allclose(y.mean(axis=0), 0.0, atol=1e-5)
+    assert concept_tasks(data.acts, 192, task_seed=1)[1] != names
+    spec = variant_spec(SyntheticSpec(), "correlated")
+    assert spec.rho == 0.85 and spec.seed != SyntheticSpec().seed
+    with pytest.raises(ValueError, match="variant"):
+        variant_spec(SyntheticSpec(), "nope")
 
 
 def test_gt_mcc_is_one_for_the_oracle_and_low_for_a_random_dictionary(data):
     assert gt_mcc(data.dictionary, data.dictionary) == pytest.approx(1.0)
     rng = np.random.default_rng(3)
-    for n in (128, 256):  # E = 1 and 2 at d = 128
-        assert gt_mcc(rng.normal(size=(n, data.dictionary.shape[1])), data.dictionary) < 0.3
+    for n in (96, 192):  # E = 1 and 2 at d = 96
+        assert gt_mcc(rng.normal(size=(n, data.dictionary.shape[1])), data.dictionary) < 0.4  # chance at d = 96
     perm = data.dictionary[np.random.default_rng(0).permutation(len(data.dictionary))]
     assert gt_mcc(-perm, data.dictionary) == pytest.approx(1.0)  # order and sign do not matter
 
