@@ -221,7 +221,9 @@ def _address(fn):
                    "--config file(s) are uploaded, nothing else.")
 @click.option("--include", multiple=True, help="Also upload this path (inside --working-dir); repeatable.")
 @click.option("--pip", "pip_pkgs", multiple=True, help="Extra pip packages for the job's runtime_env.")
-@click.option("--num-cpus", type=float, default=1.0, show_default=True, help="Entrypoint CPUs (the driver).")
+@click.option("--num-cpus", type=float, default=0.0, show_default=True,
+              help="Entrypoint CPUs (the driver). 0 runs it on the head, as the launchers' CPU-0 head intends; a "
+                   "number puts it on a node with that many free CPUs (a worker held up for the whole run).")
 @click.option("--num-gpus", type=float, default=0.0, show_default=True, help="Entrypoint GPUs (the driver).")
 @click.option("--no-wait", is_flag=True, help="Return after submitting instead of following the logs.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True)
@@ -237,7 +239,7 @@ def submit(address: str | None, allow_insecure: bool, working_dir: str, include:
             runtime_env["pip"] = list(pip_pkgs)
         entrypoint = "python -m raybench.cli " + " ".join(shlex.quote(a) for a in args)
         job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
-                                   entrypoint_num_cpus=num_cpus, entrypoint_num_gpus=num_gpus or None)
+                                   entrypoint_num_cpus=num_cpus or None, entrypoint_num_gpus=num_gpus or None)
     _remember(job_id)
     click.echo(f"submitted {job_id}: {entrypoint}")
     if not no_wait:

@@ -109,7 +109,7 @@ class FakeClient:
     def submit_job(self, entrypoint, runtime_env, **kw):
         wd = Path(runtime_env["working_dir"])
         self.uploaded = sorted(p.relative_to(wd).as_posix() for p in wd.rglob("*") if p.is_file())
-        FakeClient.made[-1].update(entrypoint=entrypoint, runtime_env=runtime_env, uploaded=self.uploaded,
+        FakeClient.made[-1].update(entrypoint=entrypoint, runtime_env=runtime_env, uploaded=self.uploaded, resources=kw,
                                    config=(wd / "conf" / "run.yaml").read_text() if (wd / "conf").exists() else None)
         return "raysubmit_fake"
 
@@ -152,6 +152,18 @@ def test_commands_refuse_a_remote_http_address_when_a_token_would_be_sent(fake_r
     # loopback needs no opt-in
     monkeypatch.delenv("RAYBENCH_ALLOW_INSECURE_HTTP")
     assert runner.invoke(main, ["status", "--address", "http://127.0.0.1:8265", "j1"]).exit_code == 0
+
+
+def test_the_driver_runs_on_the_head_unless_asked_otherwise(fake_ray):
+    """The launchers' head has `CPU: 0` so that it only drives: a submitted driver asking for a CPU could not run
+    there, and would hold a worker node up for the whole run (or wait for the autoscaler to add one)."""
+    runner = CliRunner()
+    res = runner.invoke(main, ["submit", "--address", "http://127.0.0.1:8265", "--no-wait", "--", "grid"])
+    assert res.exit_code == 0, res.output
+    assert fake_ray.made[-1]["resources"] == {"entrypoint_num_cpus": None, "entrypoint_num_gpus": None}
+    res = runner.invoke(main, ["submit", "--address", "http://127.0.0.1:8265", "--num-cpus", "1", "--no-wait", "--",
+                               "grid"])
+    assert res.exit_code == 0 and fake_ray.made[-1]["resources"]["entrypoint_num_cpus"] == 1.0
 
 
 # ---------------------------------------------------------------- the working dir is an allow-list
