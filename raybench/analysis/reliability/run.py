@@ -175,7 +175,7 @@ def _metric_inputs(metric: str, out: dict[str, pd.DataFrame], noise: pd.DataFram
     m.update(_training_evidence(out.get("reliability_training"), metric, float(rcfg.warmup_fraction)))
     rho = out.get("reliability_panel_rho")
     if rho is not None and not rho.empty:
-        first = rho[rho.variant == rho.variant.iloc[0]]
+        first = rho[rho.variant == rho.variant.iloc[0]] if "variant" in rho else rho  # older tables: one model
         for col in ("rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt"):
             m[col] = _get(first, metric, col)
     flags = out.get("reliability_panel_flags")
