@@ -271,6 +271,9 @@ class ProvenanceConfig:
     """Ranks p of the removed provenance component, all reported as a sweep (§12.4)."""
     verdict_rank: int = 1
     """The rank the verdict uses, fixed per modality (ECG: 1; §12.5); must be among `ranks`."""
+    folds: int = 5
+    """Patient-disjoint outer folds the estimates are averaged over (1: the run's own train / val / test split;
+    §12.1)."""
     min_cell_records: int = 75
     """Held-out records every (y, u) cell needs for the row to be audited (§12.1)."""
     cell_support_sensitivity: bool = False
@@ -318,7 +321,7 @@ class ProvenanceConfig:
         if self.epsilon < 0 or self.delta < 0 or self.flag_bits < 0:
             raise ConfigError("provenance.epsilon, provenance.delta and provenance.flag_bits must be >= 0")
         check_positive(self, "provenance", "random_controls", "draws", "min_group_records", "min_cell_records",
-                       "top_latents")
+                       "folds", "top_latents")
 
 
 @dataclass(frozen=True)

@@ -50,14 +50,41 @@ class Gate:
         return f"{self.name} {self.estimate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] ({self.criterion})"
 
 
-def _gate(name: str, criterion: str, point: float, draws: np.ndarray, test) -> Gate:
+def rule(name: str, epsilon: float, delta: float) -> tuple[str, object]:
+    """(criterion text, pass test of (point, lower bound)) of a gate."""
+    effect = (f">= {epsilon:g} and 95% lower bound > 0", lambda p, lo: p >= epsilon and lo > 0)
+    return {G_GATE: effect, CONTROL_GATE: effect,
+            ALIGNED_GATE: (f"95% lower bound >= -{delta:g}", lambda p, lo: lo >= -delta),
+            RECOVER_GATE: ("95% lower bound > 0.5", lambda p, lo: lo > 0.5),
+            METADATA_GATE: ("paired 95% lower bound > 0", lambda p, lo: lo > 0),
+            REDUCE_GATE: ("95% lower bound > 0", lambda p, lo: lo > 0)}[name]
+
+
+def make_gate(name: str, point: float, draws: np.ndarray, epsilon: float, delta: float) -> Gate:
+    criterion, test = rule(name, epsilon, delta)
     lo, hi = interval(draws)
     ok = bool(np.isfinite(point) and np.isfinite(lo) and test(point, lo))
     return Gate(name, criterion, float(point), lo, hi, ok)
 
 
-def not_evaluated(name: str, criterion: str, note: str) -> Gate:
-    return Gate(name, criterion, float("nan"), float("nan"), float("nan"), None, note)
+def not_evaluated(name: str, note: str) -> Gate:
+    return Gate(name, rule(name, 0.0, 0.0)[0] if name != G_GATE else "", float("nan"), float("nan"),
+                float("nan"), None, note)
+
+
+def gates_from(est: dict[str, tuple[float, np.ndarray]], rank: int, epsilon: float, delta: float) -> list[Gate]:
+    """All six gates from (point, draws) estimates keyed as in fold.py (fold means when there are folds)."""
+    out = [make_gate(name, *est[key], epsilon, delta) for name, key in
+           ((G_GATE, "g"), (CONTROL_GATE, "ctl_adv"), (ALIGNED_GATE, "exp_adv"), (RECOVER_GATE, "cond_auroc"))]
+    if "meta_auroc" in est:
+        (pe, de), (pm, dm) = est["cond_auroc"], est["meta_auroc"]
+        out.append(make_gate(METADATA_GATE, pe - pm, de - dm, epsilon, delta))
+    else:
+        out.append(not_evaluated(METADATA_GATE, "no metadata (age, sex, recording date) for these records"))
+    key = f"reduction_p{rank}"
+    out.append(make_gate(REDUCE_GATE, *est[key], epsilon, delta) if key in est else
+               not_evaluated(REDUCE_GATE, f"no rank-{rank} removal was possible"))
+    return out
 
 
 def conditional_auroc(scores: np.ndarray, u: np.ndarray, y: np.ndarray, k: int, base: np.ndarray) -> np.ndarray:
@@ -78,27 +105,17 @@ def validity_gates(before_pt: StressAUROCs, before_b: StressAUROCs, recover_pt: 
                    meta_pt: float | None, meta_b: np.ndarray | None, epsilon: float, delta: float) -> list[Gate]:
     """Gates 1-5 from the heads' AUROCs before removal and the conditional recoverability of the embedding and
     (None: no metadata) of the metadata-only probe."""
-    gates = [
-        _gate(G_GATE, f">= {epsilon:g} and 95% lower bound > 0", before_pt.g[0], before_b.g,
-              lambda p, lo: p >= epsilon and lo > 0),
-        _gate(CONTROL_GATE, f">= {epsilon:g} and 95% lower bound > 0",
-              (before_pt.ctl_reversed - before_pt.exp_reversed)[0], before_b.ctl_reversed - before_b.exp_reversed,
-              lambda p, lo: p >= epsilon and lo > 0),
-        _gate(ALIGNED_GATE, f"95% lower bound >= -{delta:g}", (before_pt.exp_aligned - before_pt.ctl_aligned)[0],
-              before_b.exp_aligned - before_b.ctl_aligned, lambda p, lo: lo >= -delta),
-        _gate(RECOVER_GATE, "95% lower bound > 0.5", recover_pt, recover_b, lambda p, lo: lo > 0.5),
-    ]
-    if meta_pt is None or meta_b is None:
-        gates.append(not_evaluated(METADATA_GATE, "paired 95% lower bound > 0",
-                                   "no metadata (age, sex, recording date) for these records"))
-    else:
-        gates.append(_gate(METADATA_GATE, "paired 95% lower bound > 0", recover_pt - meta_pt, recover_b - meta_b,
-                           lambda p, lo: lo > 0))
-    return gates
+    est = {"g": (before_pt.g[0], before_b.g),
+           "ctl_adv": ((before_pt.ctl_reversed - before_pt.exp_reversed)[0],
+                       before_b.ctl_reversed - before_b.exp_reversed),
+           "exp_adv": ((before_pt.exp_aligned - before_pt.ctl_aligned)[0], before_b.exp_aligned - before_b.ctl_aligned),
+           "cond_auroc": (recover_pt, recover_b)}
+    if meta_pt is not None and meta_b is not None:
+        est["meta_auroc"] = (meta_pt, meta_b)
+    return gates_from(est, 0, epsilon, delta)[:5]
 
 
 def reduction_gate(before_pt: StressAUROCs, before_b: StressAUROCs, after_pt: StressAUROCs,
                    after_b: StressAUROCs) -> Gate:
     """Gate 6: G before - G after the targeted removal (paired draws), lower bound > 0."""
-    return _gate(REDUCE_GATE, "95% lower bound > 0", (before_pt.g - after_pt.g)[0], before_b.g - after_b.g,
-                 lambda p, lo: lo > 0)
+    return make_gate(REDUCE_GATE, (before_pt.g - after_pt.g)[0], before_b.g - after_b.g, 0.0, 0.0)

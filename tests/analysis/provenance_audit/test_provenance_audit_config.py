@@ -18,7 +18,7 @@ def test_yaml_section_and_defaults(tmp_path):
     assert cfg.provenance.association_levels == (1.0, 0.0, -1.0)
     assert demo_run().provenance == ProvenanceConfig() and not ProvenanceConfig().enabled
     d = ProvenanceConfig()
-    assert (d.min_cell_records, d.verdict_rank, d.delta, d.device_grouping) == (75, 1, 0.01, "raw")
+    assert (d.min_cell_records, d.verdict_rank, d.delta, d.device_grouping, d.folds) == (75, 1, 0.01, "raw", 5)
     assert d.association_levels == (1.0, 0.5, 0.0, -0.5, -1.0)  # kappa, sqrt(kappa), 1, 1/sqrt(kappa), 1/kappa
 
 
@@ -36,6 +36,7 @@ def test_the_audit_settings_do_not_change_the_config_hash():
     ("verdict_rank", 3, "provenance.verdict_rank"),
     ("device_grouping", "model", "provenance.device_grouping"),
     ("min_cell_records", 0, "provenance.min_cell_records"),
+    ("folds", 0, "provenance.folds"),
 ])
 def test_bad_values_name_the_key(field, value, match):
     with pytest.raises(ConfigError, match=match):

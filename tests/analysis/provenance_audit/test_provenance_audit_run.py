@@ -18,7 +18,7 @@ MODEL = "ecg_fm"  # its native preprocessing standardizes each lead but keeps th
 def _config(root, **provenance) -> RunConfig:
     p = demo_protocol()
     p = replace(p, grid=replace(p.grid, models=(MODEL,), depths=(0.0,), sensitivity_depth=None))
-    provenance = {"min_cell_records": 5, **provenance}  # a small cohort: cells of a few dozen records
+    provenance = {"min_cell_records": 5, "folds": 1, **provenance}  # a small cohort: the run's split, small cells
     pcfg = ProvenanceConfig(enabled=True, min_group_records=8, random_controls=20, draws=100, **provenance)
     return RunConfig(run_dir=str(root), protocol=p, provenance=pcfg).validate()
 

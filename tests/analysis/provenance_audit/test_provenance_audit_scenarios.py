@@ -21,7 +21,8 @@ from raybench.analysis.provenance_audit.verdict import (
 from raybench.config import ProvenanceConfig
 
 CFG = ProvenanceConfig()
-SMALL = replace(CFG, min_cell_records=10)  # the extreme associations below leave a small minority cell
+SPLIT = replace(CFG, folds=1)  # the run's own split: one fold, a fifth of the time
+SMALL = replace(SPLIT, min_cell_records=10)  # the extreme associations below leave a small minority cell
 
 
 def test_planted_shortcut_is_recovered_relied_on_and_removal_certified():
@@ -43,7 +44,7 @@ def test_planted_shortcut_is_recovered_relied_on_and_removal_certified():
 
 
 def test_no_association_means_no_reliance():
-    res = run_audit(planted_inputs(1500, assoc=0.0, test_assoc=0.0), CFG, (2,))
+    res = run_audit(planted_inputs(1500, assoc=0.0, test_assoc=0.0), SPLIT, (2,))
     assert res.recover["lpi_bits"] > 0.3  # decodable, yet not relied on: decodability is not reliance
     assert res.verdict["verdict"] == NO_RELIANCE, res.verdict["reason"]
     assert -CFG.epsilon <= res.verdict["g_ci_low"] and res.verdict["g_ci_high"] <= CFG.epsilon
@@ -62,7 +63,7 @@ def test_artifact_aligned_with_the_task_signal_refuses_the_remedy_for_utility():
 def kappa_11_runs():
     """P(y=1 | device B) = 0.77, P(y=1 | A) = 0.23: natural odds ratio about 11, as in PhysioTRACE's PTB-XL device
     pair (Table 15: 11.06-12.10); no shift between development and test; the device artifact (3 sd) dominates the
-    within-class variance."""
+    within-class variance. Five patient-disjoint outer folds (the default, as PhysioTRACE does for ECG)."""
     return [run_audit(planted_inputs(3000, assoc=0.537, test_assoc=None, seed=s), CFG, (s,)).verdict
             for s in range(5)]
 
@@ -89,7 +90,7 @@ def test_random_controls_are_not_the_targeted_direction_and_lose_to_it(kappa_11_
 
 
 def test_a_device_tied_to_the_diagnosis_only_through_the_year_is_not_attributable():
-    res = run_audit(confounded_inputs(seed=0), CFG, (5,))
+    res = run_audit(confounded_inputs(seed=0), SPLIT, (5,))
     v = res.verdict
     assert v["g_ci_low"] > 0  # the exposed head does lose when the device-diagnosis association reverses
     assert v["verdict"] == NOT_ATTRIBUTABLE and gt.METADATA_GATE in v["reason"], v["reason"]
@@ -99,10 +100,12 @@ def test_a_device_tied_to_the_diagnosis_only_through_the_year_is_not_attributabl
 
 def test_a_small_cell_is_not_audited_unless_asked_and_then_labelled():
     inp = planted_inputs(n_patients=600, assoc=0.8, test_assoc=None, seed=3)
-    res = run_audit(inp, CFG, (6,))
+    res = run_audit(inp, SPLIT, (6,))
     assert res.verdict["verdict"] == NOT_AUDITED and not res.recover and not res.gates
     assert res.verdict["reason"].startswith("cell (y=") and "held-out records (minimum 75)" in res.verdict["reason"]
-    sens = run_audit(inp, replace(CFG, cell_support_sensitivity=True, random_controls=5, draws=50), (6,)).verdict
+    folded = run_audit(inp, CFG, (6,)).verdict["reason"]
+    assert folded.startswith("cell (y=") and " of 5 (minimum 75)" in folded  # names the fold
+    sens = run_audit(inp, replace(SPLIT, cell_support_sensitivity=True, random_controls=5, draws=50), (6,)).verdict
     assert sens["verdict"].endswith("[sensitivity analysis]") and sens["sensitivity"].startswith("cell (y=")
     assert sens["min_cell_records"] < 75 and sens["reason"].startswith("sensitivity analysis, cell")
 
@@ -112,16 +115,16 @@ def test_a_single_provenance_group_is_not_audited_and_says_why():
     for s in inp.u:
         inp.u[s][:] = "A"
         inp.u[s][:3] = "B"  # a device with 3 records per split: too small
-    res = run_audit(inp, CFG, (4,))
+    res = run_audit(inp, SPLIT, (4,))
     assert res.verdict["verdict"] == NOT_AUDITED
     assert "too small to audit" in res.verdict["reason"] and "B: 3 train" in res.verdict["reason"]
     assert not res.recover and not res.stress
 
 
 def test_the_audit_is_deterministic():
-    cfg = replace(CFG, min_cell_records=5, random_controls=10, draws=50)
-    a = run_audit(planted_inputs(n_patients=300, seed=5), cfg, (9,))
-    b = run_audit(planted_inputs(n_patients=300, seed=5), cfg, (9,))
-    assert a.verdict["verdict"] != NOT_AUDITED
+    cfg = replace(CFG, folds=3, min_cell_records=5, random_controls=10, draws=50)
+    a = run_audit(planted_inputs(n_patients=500, assoc=0.5, test_assoc=None, seed=5), cfg, (9,))
+    b = run_audit(planted_inputs(n_patients=500, assoc=0.5, test_assoc=None, seed=5), cfg, (9,))
+    assert a.verdict["verdict"] != NOT_AUDITED and a.verdict["folds"] == 3
     assert all((a.verdict[k] == b.verdict[k]) or (np.isnan(a.verdict[k]) and np.isnan(b.verdict[k]))
                for k in a.verdict)
