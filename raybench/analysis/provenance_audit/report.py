@@ -37,7 +37,7 @@ def verdict_view(ver: pd.DataFrame) -> pd.DataFrame:
 
 def gates_view(gates: pd.DataFrame) -> pd.DataFrame:
     """The gates table as the report shows it (Table 16's layout: gate, criterion, estimate, interval, result)."""
-    result = gates.passed.map(lambda v: "pass" if v is True else ("fail" if v is False else "not evaluated"))
+    result = gates.passed.map(lambda v: "not evaluated" if v is None or pd.isna(v) else ("pass" if v else "fail"))
     return pd.DataFrame({"model": gates.model.map(model_label), "q": gates.q, "variable": gates.variable,
                          "gate": gates.gate, "criterion": gates.criterion, "estimate": gates.estimate,
                          "95% CI": [f"{a:.3f}–{b:.3f}" if pd.notna(a) else "–"
