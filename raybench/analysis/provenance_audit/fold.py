@@ -110,7 +110,7 @@ def _intervene(x: dict, y: dict, u: dict, k: int, heads: st.Heads, reg: st.Regim
         return before[0] - delta[:, 0], before[1] - delta[:, 1]
 
     yt, ut = y["test"], u["test"]
-    energy = iv.EnergyForm.fit(z_tr)
+    energy = iv.EnergyForm.fit(z_tr, y["train"])
     w_pt = np.vstack([reg.weights(yt, ut, 1.0), reg.weights(yt, ut, -1.0)])
     g0 = float(b0[0].g[0])
     # rank of the stacked within-class probe weights: (K - 1) per class of y that holds two groups

@@ -12,7 +12,8 @@ refitted.
 Random controls (docs/protocol.md §12.5): rank-p orthonormal subspaces of the whitened space drawn inside the
 orthogonal complement of U, so no control is the targeted direction (their largest principal cosine with U is
 reported and is 0 up to rounding), each matched to U in removed energy - the mean squared whitened norm of what is
-taken from a train record, tr(Q^T C Q) with C the whitened train second moment - by a spectral tilt Q =
+taken from a train record with the y-class means out, tr(Q^T C Q) with C the whitened within-class second
+moment (the identity up to the eigenvalue floor, so the tilt is small) - by a spectral tilt Q =
 orth(B V Lambda^g V^T G) of a Gaussian G within the complement B (V, Lambda: eigenvectors and eigenvalues of C
 there), g solved by bisection. Energy measured in raw coordinates instead would pull the controls onto U whenever
 provenance dominates the within-class variance (U is then the raw space's largest-energy direction).
@@ -83,8 +84,13 @@ class EnergyForm:
     c: np.ndarray
 
     @classmethod
-    def fit(cls, z_tr: np.ndarray) -> EnergyForm:
-        z = np.asarray(z_tr, dtype=np.float64)
+    def fit(cls, z_tr: np.ndarray, groups: np.ndarray | None = None) -> EnergyForm:
+        """groups: the classes of y, whose means are taken out first (the whitening's convention: the diagnosis'
+        own spread is not energy a control should be tilted towards)."""
+        z = np.asarray(z_tr, dtype=np.float64).copy()
+        if groups is not None:
+            for g in np.unique(groups):
+                z[groups == g] -= z[groups == g].mean(0)
         return cls(z.T @ z / len(z))
 
     def __call__(self, q: np.ndarray) -> float:

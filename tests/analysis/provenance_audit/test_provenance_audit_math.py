@@ -175,3 +175,14 @@ def test_concept_bits_and_flags():
     assert flags == {"qrs": True, "hr": False}  # 0.5 bits of device > 0.07 bits of concept
     rows = ft.feature_rows(np.array([0.03, 0.0]), 1, np.array([0]), np.array([0.05]), ("qrs",), min_bits=0.05)
     assert not rows[-1]["flagged"]  # 0.03 bits beat 0.002 bits of concept, but are below the floor
+
+
+def test_removed_energy_takes_the_diagnosis_class_means_out():
+    rng = np.random.default_rng(10)
+    y = rng.integers(0, 2, 4000)
+    z = rng.standard_normal((4000, 3))
+    z[:, 0] += 3.0 * y
+    axis = np.eye(3)[:, [0]]
+    within = np.mean([z[y == g, 0].var() * (y == g).mean() for g in (0, 1)]) * 2
+    assert iv.EnergyForm.fit(z, y)(axis) == pytest.approx(within, rel=1e-9)
+    assert iv.EnergyForm.fit(z)(axis) == pytest.approx(np.mean(z[:, 0] ** 2), rel=1e-9)  # 1 + 9 / 4 + mean^2

@@ -64,21 +64,20 @@ def kappa_11_runs():
     """P(y=1 | device B) = 0.77, P(y=1 | A) = 0.23: natural odds ratio about 11, as in PhysioTRACE's PTB-XL device
     pair (Table 15: 11.06-12.10); no shift between development and test; the device artifact (3 sd) dominates the
     within-class variance. Five patient-disjoint outer folds (the default, as PhysioTRACE does for ECG)."""
-    return [run_audit(planted_inputs(3000, assoc=0.537, test_assoc=None, seed=s), CFG, (s,)).verdict
+    cfg = replace(CFG, ranks=(1,))  # the verdict's rank only: the rank-2 sweep changes no verdict, halves the time
+    return [run_audit(planted_inputs(3000, assoc=0.537, test_assoc=None, seed=s), cfg, (s,)).verdict
             for s in range(5)]
 
 
 def test_a_remedy_that_takes_g_to_zero_is_certified_on_the_control_head_utility(kappa_11_runs):
-    certified = 0
     for v in kappa_11_runs:
-        assert 9 < v["kappa"] < 13.5
+        assert 9 < v["kappa"] < 13.5 and v["folds"] == 5
         assert v["g_ci_low"] > 0
-        if abs(v["g_after_p1"]) <= CFG.epsilon and "not attributable" not in v["verdict"]:
+        if abs(v["g_after_p1"]) <= CFG.epsilon:
             assert v["verdict"] == CERTIFIED, v["reason"]
-        certified += v["verdict"] == CERTIFIED
         # the exposed head on the natural distribution is reported beside the rule's figure
         assert v["exposed_natural_change_p1"] < v["utility_change_p1"]
-    assert certified >= 4
+    assert sum(abs(v["g_after_p1"]) <= CFG.epsilon for v in kappa_11_runs) >= 4  # the removal does take G away
 
 
 def test_random_controls_are_not_the_targeted_direction_and_lose_to_it(kappa_11_runs):
