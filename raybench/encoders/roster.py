@@ -6,12 +6,19 @@ to run. They hold their CPU and GPU shares meanwhile, and an immediate rerun on 
 tasks never scheduled; the suite hung). Every encoder actor therefore signs a `Roster` as it starts, and the
 driver kills every signed actor when its pipeline ends, failed or finished; an actor that starts after the roster
 closed exits at once. Killing is safe after the stream ends: the driver owns the batches it has read.
+`run_pipeline` is that lifetime around one extraction (raybench.encoders.extract), with Ray Data's no-progress
+and minimum-actor timeouts so that a pipeline that cannot get its resources fails instead of waiting forever.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from typing import Any
+
+from raybench.config import EncoderConfig
+from raybench.encoders.loading import ExtractionError
 
 
 class Roster:
@@ -76,3 +83,73 @@ def free_resources() -> dict[str, float]:
     import ray
 
     return {k: float(v) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+
+
+# ---------------------------------------------------------------- one pipeline's run
+
+def run_pipeline(body, names: list[str], writers, enc_cfg: EncoderConfig, progress: bool, credentialed: bool):
+    """`body(roster)` (build the pipeline with `roster`, stream it into the writers, finalize them) under the
+    DataContext extraction needs; returns what it returns. Whatever happens, the pipeline's encoder actors are
+    killed when it ends (raybench.encoders.roster), so their CPU and GPU shares are free for whatever runs next;
+    a pipeline that cannot get its resources fails after `encoders.stall_timeout_s` instead of waiting forever.
+    Raises ExtractionError (the cause first; text withheld as raybench.privacy says for a credentialed cohort)."""
+    import ray
+
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,
+             ctx.wait_for_min_actors_s)
+    baseline = free_resources()
+    roster = open_roster()
+    failure: str | None = None
+    try:
+        ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = progress
+        ctx.execution_no_progress_timeout_s = float(enc_cfg.stall_timeout_s)
+        ctx.wait_for_min_actors_s = max(1, math.ceil(enc_cfg.stall_timeout_s))
+        result = body(roster)
+    except Exception as err:  # re-raised below, once the pipeline's actors are gone
+        failure = _failure(err, enc_cfg, baseline, credentialed)
+        del err
+    finally:
+        for w in writers:
+            w.abort()
+        (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,
+         ctx.wait_for_min_actors_s) = saved
+    # A failed run waits (bounded) until the shares its actors held are free again, so that an immediate rerun on
+    # a full node can schedule its loading tasks; a finished one only ends its actors.
+    end_pipeline(roster, baseline if failure is not None else {})
+    if failure is not None:
+        raise ExtractionError(f"{', '.join(names)}: extraction failed; no partial store was kept, rerun to finish "
+                              f"the remaining layers. Cause: {failure}")
+    return result
+
+
+def _failure(err: Exception, enc_cfg: EncoderConfig, baseline: dict[str, float], credentialed: bool) -> str:
+    """What to tell the user about a failed pipeline."""
+    from ray.data.exceptions import ExecutionTimeoutError
+    from ray.exceptions import GetTimeoutError
+
+    from raybench.privacy import failure_text
+
+    if isinstance(err, ExecutionTimeoutError | GetTimeoutError):
+        return (f"no progress for {enc_cfg.stall_timeout_s:g} s (encoders.stall_timeout_s): the pipeline could not "
+                f"get its resources. Free before it started: {_fmt(baseline)}; each encoder actor asks for "
+                f"{enc_cfg.num_gpus:g} GPU. Check `ray status` for other work holding CPUs or GPUs, add nodes, or "
+                "raise encoders.stall_timeout_s (an autoscaler still starting nodes)")
+    if isinstance(err, ExtractionError):
+        return failure_text(err, True) if credentialed else str(err)
+    return failure_text(err, True) if credentialed else _describe(err)
+
+
+def _fmt(resources: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items())) or "nothing"
+
+
+def _describe(err: BaseException) -> str:
+    """What the user's code raised inside a Ray worker (the first `Type: message` line of the remote traceback
+    that is not a Ray wrapper) first, then the full text."""
+    text = f"{type(err).__name__}: {err}"
+    for line in str(err).splitlines():
+        if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ", line) and not line.startswith("ray."):
+            return f"{line.strip()}\n{text}"
+    return text
