@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from raybench.config import EncoderConfig
-from raybench.encoders.loading import ExtractionError
+if TYPE_CHECKING:  # the Roster actor's worker imports this module: it stays light (no pandas, no torch)
+    from raybench.config import EncoderConfig
 
 
 class Roster:
@@ -95,6 +95,8 @@ def run_pipeline(body, names: list[str], writers, enc_cfg: EncoderConfig, progre
     Raises ExtractionError (the cause first; text withheld as raybench.privacy says for a credentialed cohort)."""
     import ray
 
+    from raybench.encoders.loading import ExtractionError
+
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,
              ctx.wait_for_min_actors_s)
@@ -129,6 +131,7 @@ def _failure(err: Exception, enc_cfg: EncoderConfig, baseline: dict[str, float],
     from ray.data.exceptions import ExecutionTimeoutError
     from ray.exceptions import GetTimeoutError
 
+    from raybench.encoders.loading import ExtractionError
     from raybench.privacy import failure_text
 
     if isinstance(err, ExecutionTimeoutError | GetTimeoutError):
