@@ -223,8 +223,9 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     env = ray_env()
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    log = tmp_path / "killed_driver.log"  # its output, shown when it did not get as far as the test needs
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
@@ -236,7 +237,8 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
         _kill_group(proc)
     t_killed = time.perf_counter() - t0
     before = {c: (layout.cell_dir(c) / "metrics.json").stat().st_mtime_ns for c in _done_cells(layout)}
-    assert 0 < len(before) < N_CELLS, "the driver should have been killed mid-grid"
+    assert 0 < len(before) < N_CELLS, (f"the driver should have been killed mid-grid (after {t_killed:.0f} s, exit "
+                                       f"{proc.returncode}); its output ends:\n{log.read_text()[-3000:]}")
     assert mid_checkpoint, "no trial had a checkpoint when the driver was killed"
 
     t0 = time.perf_counter()
