@@ -90,14 +90,14 @@ def recover_dir(path: str | os.PathLike) -> bool:
             shutil.rmtree(aside, ignore_errors=True)
             continue
         pid = aside.name[len(path.name) + 6:].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             os.replace(aside, path)
             recovered = True
     return recovered
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs on this host."""
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (the one check behind every stale temp folder, aside and lock)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

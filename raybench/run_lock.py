@@ -89,12 +89,10 @@ def run_lock(run_dir: str | os.PathLike, command: str = "grid") -> Iterator[None
 
 def _pid_alive(pid: int, started: str | None) -> bool:
     """Whether `pid` runs here and is the process that took the lock (not a later one given the same pid)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    from raybench.atomic import pid_alive
+
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     try:
         import psutil  # a Ray dependency
     except ImportError:

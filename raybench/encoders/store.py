@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from raybench import __version__
-from raybench.atomic import atomic_path, write_json
+from raybench.atomic import atomic_path, pid_alive, write_json
 from raybench.config import ModelDims
 from raybench.errors import RaybenchError
 from raybench.paths import RunLayout
@@ -289,7 +289,7 @@ def _remove_stale(final_dir: Path) -> None:
     """Drop temp folders of this store left by writers whose process is gone (killed runs)."""
     for p in final_dir.parent.glob(f".{final_dir.name}.*"):
         parts = p.name.split(".")
-        if len(parts) >= 5 and parts[-1] in ("tmp", "old") and parts[-3].isdigit() and not _alive(int(parts[-3])):
+        if len(parts) >= 5 and parts[-1] in ("tmp", "old") and parts[-3].isdigit() and not pid_alive(int(parts[-3])):
             shutil.rmtree(p, ignore_errors=True)
 
 
