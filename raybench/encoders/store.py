@@ -291,13 +291,3 @@ def _remove_stale(final_dir: Path) -> None:
         parts = p.name.split(".")
         if len(parts) >= 5 and parts[-1] in ("tmp", "old") and parts[-3].isdigit() and not pid_alive(int(parts[-3])):
             shutil.rmtree(p, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
