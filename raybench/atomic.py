@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import secrets
@@ -156,3 +157,12 @@ def json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB chunks (export manifests, the cluster wheel's SHA256SUMS)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -8,7 +8,6 @@ dependencies from requirements.txt, then raybench itself only from the wheel (`-
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from raybench.atomic import atomic_dir
+from raybench.atomic import atomic_dir, file_sha256
 from raybench.errors import RaybenchError
 
 WHEEL_DIR = Path("cluster") / "wheel"  # under the checkout; cluster/*.yaml's file_mounts name it (gitignored)
@@ -94,7 +93,7 @@ def build_wheel_dir(src: Path, out: Path, extras: tuple[str, ...] = ()) -> Path:
                 f"# {PACKAGE} itself is installed only from the wheel beside this file (--no-index --no-deps)\n"
                 + "".join(f"{r}\n" for r in requirements))
             names = sorted([built.name, REQUIREMENTS])
-            (stage / SUMS).write_text("".join(f"{sha256(stage / n)}  {n}\n" for n in names))
+            (stage / SUMS).write_text("".join(f"{file_sha256(stage / n)}  {n}\n" for n in names))
             stage.chmod(0o755)  # mkdtemp's 0700 would travel to the nodes; nothing here is secret
     return out / built.name
 
@@ -151,11 +150,3 @@ def runtime_requirements(wheel_path: Path, extras: tuple[str, ...] = ()) -> list
         elif extra and extra.group(1) in extras:
             out.append(spec)
     return list(dict.fromkeys(out))
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -31,7 +31,6 @@ The export is written to a temporary folder beside DIR and renamed when complete
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import html
 import json
 import os
@@ -45,6 +44,7 @@ from typing import Any
 import click
 import yaml
 
+from raybench.atomic import file_sha256
 from raybench.paths import RunLayout
 from raybench.privacy import is_credentialed
 from raybench.redaction import redact_config, redact_text, uri_secrets
@@ -131,7 +131,7 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
                     f"{len(hits)} file(s) that would be exported hold record or subject ids of this credentialed "
                     f"cohort: {', '.join(hits[:10])}. Re-render them with this raybench version (failure text is "
                     "reduced to the exception type), or remove them from the run folder, then export again")
-        result.files = [{"path": rel, "bytes": (tmp / rel).stat().st_size, "sha256": _sha256(tmp / rel)}
+        result.files = [{"path": rel, "bytes": (tmp / rel).stat().st_size, "sha256": file_sha256(tmp / rel)}
                         for rel in _files(tmp)]
         manifest = {"source_run": src.name, "credentialed": credentialed, "files": result.files,
                     "left_behind": left, "allow": list(ALLOW) + ["run.yaml"],
@@ -274,14 +274,6 @@ def _holds_ids(path: Path, ids: set[bytes]) -> bool:
         if words and not words.isdisjoint(re.findall(rb"[\w.-]+", text)):
             return True
     return False
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _read_yaml(path: Path) -> dict[str, Any] | None:
