@@ -26,7 +26,7 @@ import ray
 from raybench.analysis import bootstrap as bs
 from raybench.analysis.packed_stats import pack_patient_stats
 from raybench.analysis.streams import patient_counts
-from raybench.sufficient_stats import patient_stats
+from raybench.core.sufficient_stats import patient_stats
 
 # ---------------------------------------------------------------- memory (PSS of our process tree)
 

@@ -43,7 +43,7 @@ def main() -> None:
 
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import ensure_synth_cohort
-    from raybench.config import EncoderConfig
+    from raybench.core.config import EncoderConfig
     from raybench.encoders.base import EncoderSpec
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="raybench-bench-encode-"))

@@ -3,7 +3,7 @@
 Parts (each prints its figures; a failed part prints FAIL with its cause and the others still run):
   env        torch build, CUDA device and memory
   encode     a synthetic cohort through the six encoders (full size) with raybench's encode path: Ray Data,
-             encoder actors with `auto` fractional GPUs (raybench.resources); records/s per model
+             encoder actors with `auto` fractional GPUs (raybench.infra.resources); records/s per model
   train      paper-scale SAE stacks (d per model, k by the protocol's rule, B 256, 3 seeds) at E in {1, 8, 32},
              both arms, as Ray Tune trials with `auto` fractional GPUs packed on the device; marginal step times,
              peak memory against raybench's estimate, and the projected wall time of the published grid
@@ -89,10 +89,10 @@ def part_encode(args: argparse.Namespace, work: Path, dims: dict) -> None:
     """Fills `dims` (model -> ModelDims) with the models it encoded."""
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
-    from raybench.config import MODELS, EncoderConfig, ModelDims, ResourceConfig, paper_protocol
+    from raybench.core.config import MODELS, EncoderConfig, ModelDims, ResourceConfig, paper_protocol
+    from raybench.core.paths import RunLayout
     from raybench.encoders.base import EncoderSpec
     from raybench.encoders.extract import extract_activations
-    from raybench.paths import RunLayout
 
     layout = RunLayout.at(work / "run")
     t0 = time.perf_counter()
@@ -148,7 +148,7 @@ def sae_trial(config: dict) -> None:
     import torch
     from ray import tune
 
-    from raybench.config import paper_protocol
+    from raybench.core.config import paper_protocol
     from raybench.sae.model import Normalizer, SAECellConfig, StackedBatchTopKSAE
     from raybench.sae.sampler import SAMPLER_CLASSES
     from raybench.sae.step import Stepper
@@ -185,8 +185,8 @@ def part_train(args: argparse.Namespace, work: Path, dims: dict) -> dict:
     import ray
     from ray import tune
 
-    from raybench.config import ResourceConfig, k_for, paper_protocol
-    from raybench.resources import connected_inventory, resolve, sae_trial_bytes
+    from raybench.core.config import ResourceConfig, k_for, paper_protocol
+    from raybench.infra.resources import connected_inventory, resolve, sae_trial_bytes
 
     proto = paper_protocol()
     seeds = list(proto.grid.seeds)
@@ -273,7 +273,7 @@ def torch_patient_bootstrap(stats, n_draws: int, seed: int, chunk_draws: int, de
 
     from raybench.analysis.packed_stats import CONSTANT_RTOL_F32, metrics_from_weighted
     from raybench.analysis.streams import n_chunks, patient_counts
-    from raybench.sufficient_stats import CONSTANT_RTOL
+    from raybench.core.sufficient_stats import CONSTANT_RTOL
 
     y = torch.from_numpy(np.ascontiguousarray(stats.y_matrix)).to(device)
     blocks = [torch.from_numpy(np.ascontiguousarray(b)).to(device) for b in stats.cell_blocks]
@@ -421,7 +421,7 @@ def _dims(args: argparse.Namespace, known: dict) -> dict:
     """Model dimensions: those the encode part saw, the others from the encoder built on the meta device."""
     import torch
 
-    from raybench.config import MODELS, ModelDims
+    from raybench.core.config import MODELS, ModelDims
     from raybench.encoders.base import EncoderSpec, build_encoder
 
     out = {}

@@ -17,10 +17,10 @@ from dataclasses import replace
 
 
 def run_audit(run_dir: str) -> dict[str, float]:
-    from raybench import ray_session
     from raybench.analysis.reliability.run import run_reliability
     from raybench.analysis.report import render_report
-    from raybench.pipeline import recorded_run_config
+    from raybench.core.run_state import recorded_run_config
+    from raybench.infra import ray_session
 
     cfg, _ = recorded_run_config(run_dir)
     t0 = time.perf_counter()
@@ -43,7 +43,7 @@ def unit_costs(expansions: tuple[int, ...], d: int = 768, batch: int = 256, step
     import numpy as np
     import torch
 
-    from raybench.config import paper_protocol
+    from raybench.core.config import paper_protocol
     from raybench.sae.evaluate import evaluate_cell
     from raybench.sae.model import SAECellConfig
     from raybench.sae.train import train_stack
@@ -71,7 +71,7 @@ def unit_costs(expansions: tuple[int, ...], d: int = 768, batch: int = 256, step
 
 def paper_sizing() -> None:
     from raybench.analysis.reliability.sampling import sample_points
-    from raybench.config import ReliabilityConfig, paper_protocol
+    from raybench.core.config import ReliabilityConfig, paper_protocol
 
     p, r = paper_protocol(), ReliabilityConfig()
     points = sample_points(p, r.sample_points)

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from raybench.config import SAEProtocol
+from raybench.core.config import SAEProtocol
 from raybench.sae.model import Normalizer, SAECellConfig, StackedBatchTopKSAE
 from raybench.sae.sampler import SAMPLER_CLASSES
 from raybench.sae.step import Stepper, auto_implementation

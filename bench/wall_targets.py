@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--skip-demo", action="store_true")
     ap.add_argument("--skip-suite", action="store_true")
     ap.add_argument("--workdir", default=None, help="the demo's run folder goes here (default: a temp dir)")
-    ap.add_argument("--grid", default=f"{shlex.quote(sys.executable)} -m raybench.cli grid",
+    ap.add_argument("--grid", default=f"{shlex.quote(sys.executable)} -m raybench.app.cli grid",
                     help="the command that runs the demo (default: `raybench grid` on its embedded default)")
     ap.add_argument("--suite", default=None, help="the test command (default: the one .ci/run runs)")
     args = ap.parse_args(argv)

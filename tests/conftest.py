@@ -38,7 +38,7 @@ def ray_cluster():
 def finished_small_run(tmp_path_factory, ray_cluster):
     """One small run through every stage of `raybench grid` (tests/small_run.py finished_config), built once per
     session: (config, stage timings, printed lines). Read it as it is; change a copy (small_run.copy_run)."""
-    from raybench.pipeline import run_pipeline
+    from raybench.app.pipeline import run_pipeline
     from tests.small_run import finished_config
 
     cfg = finished_config(tmp_path_factory.mktemp("finished") / "run")

@@ -16,9 +16,9 @@ import pandas as pd
 import yaml
 
 from raybench.analysis.audit import cell_label, expected_cells
-from raybench.atomic import write_table, write_text
-from raybench.config import GridProtocol, Protocol, demo_run, k_for, layer_for_depth, to_dict
-from raybench.paths import RunLayout
+from raybench.core.atomic import write_table, write_text
+from raybench.core.config import GridProtocol, Protocol, demo_run, k_for, layer_for_depth, to_dict
+from raybench.core.paths import RunLayout
 
 N_LAYERS = {"csfm": 12, "cardiac_fm": 12, "ecg_fm": 12, "ecg_jepa": 8, "hubert_ecg": 12, "st_mem": 12}
 D_MODEL = 768

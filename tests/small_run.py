@@ -6,7 +6,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from raybench.config import (
+from raybench.core.config import (
     CohortConfig,
     EncoderConfig,
     GridProtocol,
@@ -14,7 +14,7 @@ from raybench.config import (
     RunConfig,
     demo_protocol,
 )
-from raybench.paths import RunLayout
+from raybench.core.paths import RunLayout
 
 
 def small_config(run_dir: Path, models: tuple[str, ...] = ("ecg_fm", "csfm"), steps: int = 40) -> RunConfig:
@@ -33,7 +33,7 @@ def build_encoded_run(cfg: RunConfig) -> RunConfig:
     """Cohort, manifest and activation stores for every model of cfg (reuses what exists)."""
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
-    from raybench.config import audited_depths
+    from raybench.core.config import audited_depths
     from raybench.encoders.base import EncoderSpec
     from raybench.encoders.extract import extract_models
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raybench import atomic
-from raybench.atomic import atomic_dir
+from raybench.core import atomic
+from raybench.core.atomic import atomic_dir
 
 
 def _folder(path: Path, text: str) -> None:
@@ -67,7 +67,7 @@ def test_a_failure_deleting_the_old_folder_keeps_the_new_one_and_a_later_call_cl
 KILLED = """
 import os, sys
 from pathlib import Path
-from raybench import atomic
+from raybench.core import atomic
 
 target = Path(sys.argv[1])
 real = os.replace

@@ -84,7 +84,7 @@ def _rehearsal_yaml() -> dict:
 
 
 def test_readme_gives_the_commands_and_the_run_this_file_runs(tmp_path):
-    from raybench.config import load_run_config
+    from raybench.core.config import load_run_config
 
     body = _readme_section()
     head = _local_config()["available_node_types"]["ray.head.default"]["resources"]
@@ -133,7 +133,7 @@ def _run(args: list[str], env: dict, timeout: float, cwd: Path) -> subprocess.Co
 
 @pytest.mark.slow
 def test_grid_makes_rays_autoscaler_add_gpu_workers_from_zero_and_remove_them(tmp_path):
-    from raybench.paths import RunLayout
+    from raybench.core.paths import RunLayout
 
     tmp = Path(tempfile.mkdtemp(prefix="rbas", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     gcs = _free_port()
@@ -153,7 +153,7 @@ def test_grid_makes_rays_autoscaler_add_gpu_workers_from_zero_and_remove_them(tm
         t0 = time.perf_counter()
         pgid = _start_head(cfg_path, env, gcs)
         started = time.perf_counter() - t0
-        grid = _run(["-m", "raybench.cli", "grid", "--config", "rehearsal.yaml"], driver_env, 420, tmp_path)
+        grid = _run(["-m", "raybench.app.cli", "grid", "--config", "rehearsal.yaml"], driver_env, 420, tmp_path)
         grid_s = time.perf_counter() - t0 - started
         assert grid.returncode == 0, grid.stdout[-4000:] + grid.stderr[-4000:]
         out = tmp_path / "probe.json"
@@ -192,7 +192,7 @@ def test_grid_makes_rays_autoscaler_add_gpu_workers_from_zero_and_remove_them(tm
 def _cell_dirs(run_dir: Path) -> list[str]:
     import pandas as pd
 
-    from raybench.paths import RunLayout
+    from raybench.core.paths import RunLayout
 
     table = pd.read_parquet(RunLayout.at(run_dir).cells_table)
     assert len(table) == 4 and (table["status"] == "ok").all(), table[["cell_id", "status"]]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from raybench.cli import main
-from raybench.errors import USER_EXIT_CODE, RaybenchError
+from raybench.app.cli import main
+from raybench.core.errors import USER_EXIT_CODE, RaybenchError
 
 
 def _run(args: list[str]):
@@ -75,11 +75,11 @@ def test_verbose_keeps_the_traceback(tmp_path):
 def test_every_input_error_class_is_a_user_error():
     from raybench.cohorts.manifest import ManifestError
     from raybench.cohorts.waveforms import RecordError
-    from raybench.config import ConfigError
+    from raybench.core.config import ConfigError
     from raybench.encoders.base import CheckpointError
     from raybench.encoders.extract import ExtractionError
     from raybench.encoders.store import StoreError
-    from raybench.storage import StorageError
+    from raybench.infra.storage import StorageError
 
     for cls in (ConfigError, ManifestError, RecordError, CheckpointError, ExtractionError, StoreError, StorageError):
         assert issubclass(cls, RaybenchError), cls

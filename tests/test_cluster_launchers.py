@@ -22,9 +22,9 @@ import yaml
 from click.testing import CliRunner
 
 from raybench import __version__
-from raybench.cli import main
-from raybench.cluster_cli import REQUIREMENTS, SUMS, WHEEL_DIR, find_checkout, runtime_requirements
-from raybench.errors import USER_EXIT_CODE
+from raybench.app.cli import main
+from raybench.app.cluster_cli import REQUIREMENTS, SUMS, WHEEL_DIR, find_checkout, runtime_requirements
+from raybench.core.errors import USER_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "cluster"
@@ -189,7 +189,7 @@ def test_readme_walks_through_the_commands_the_launchers_run():
 def wheel_dir(tmp_path_factory) -> Path:
     """A fresh `raybench cluster wheel` folder, built by the command line users run."""
     out = tmp_path_factory.mktemp("wheel") / "wheel"
-    proc = subprocess.run([sys.executable, "-m", "raybench.cli", "cluster", "wheel", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "raybench.app.cli", "cluster", "wheel", "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
@@ -205,7 +205,7 @@ def test_cluster_wheel_writes_a_checked_wheel_and_its_dependencies(wheel_dir):
     check = subprocess.run(["sha256sum", "-c", SUMS], cwd=wheel_dir, capture_output=True, text=True)
     assert check.returncode == 0 and check.stdout.count(": OK") == 2, check.stdout + check.stderr
     names = zipfile.ZipFile(wheels[0]).namelist()
-    assert "raybench/cluster_cli.py" in names and not any("__pycache__" in n for n in names)
+    assert "raybench/app/cluster_cli.py" in names and not any("__pycache__" in n for n in names)
     reqs = [ln for ln in (wheel_dir / REQUIREMENTS).read_text().splitlines() if ln and not ln.startswith("#")]
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert [_norm(r) for r in reqs] == [_norm(d.split("#")[0]) for d in deps]
@@ -231,7 +231,7 @@ def test_cluster_wheel_refuses_a_folder_it_did_not_write(tmp_path):
 
 
 def test_cluster_wheel_names_an_unknown_extra(wheel_dir):
-    from raybench.errors import RaybenchError
+    from raybench.core.errors import RaybenchError
 
     wheel = next(wheel_dir.glob("*.whl"))
     with pytest.raises(RaybenchError, match="no such extra"):

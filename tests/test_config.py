@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from raybench.config import (
+from raybench.core.config import (
     ConfigError,
     GridProtocol,
     RunConfig,
@@ -90,7 +90,7 @@ def test_every_fixed_choice_is_checked_from_its_literal(tmp_path):
     import typing
     from dataclasses import fields, is_dataclass
 
-    from raybench.protocol import literal_choices
+    from raybench.core.protocol import literal_choices
 
     cfg = RunConfig()
     sections = {f"protocol.{f.name}": (f.name, getattr(cfg.protocol, f.name)) for f in fields(cfg.protocol)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from raybench.config import (
+from raybench.core.config import (
     CohortConfig,
     EncoderConfig,
     GridProtocol,
@@ -23,7 +23,7 @@ from raybench.config import (
     RunConfig,
     demo_protocol,
 )
-from raybench.paths import RunLayout
+from raybench.core.paths import RunLayout
 from tests.oracle_encoder import N_FEATURES, OracleEncoder, beat_features, build_oracle
 from tests.oracle_encoder import NAME as ORACLE
 
@@ -72,7 +72,7 @@ def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray
     from raybench.analysis.tables import analyze_run
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
-    from raybench.config import audited_layers
+    from raybench.core.config import audited_layers
     from raybench.encoders.base import EncoderSpec
     from raybench.encoders.extract import extract_activations, extract_models
     from raybench.sae.grid import run_grid

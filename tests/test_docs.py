@@ -66,7 +66,7 @@ def _rel(path: Path) -> str:
 
 def test_scan_sees_the_tree():
     rels = {_rel(p) for p in _text_files()}
-    assert {"raybench/config.py", "tests/conftest.py", "docs/protocol.md", "README.md"} <= rels
+    assert {"raybench/core/config.py", "tests/conftest.py", "docs/protocol.md", "README.md"} <= rels
 
 
 def test_no_citation_of_the_retired_design_notes():

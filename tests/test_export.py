@@ -1,4 +1,4 @@
-"""`raybench export` (raybench/export.py) on partial or unusual run folders: the cohort kind comes from the
+"""`raybench export` (raybench/app/export.py) on partial or unusual run folders: the cohort kind comes from the
 manifest, a credentialed run is never exported unscanned, and credentials in config URIs stay home.
 
 The full MIMIC-shaped export is tests/test_privacy.py; these use tests/fake_run.py's tables (no report.html
@@ -16,10 +16,10 @@ import yaml
 from click.testing import CliRunner
 from fake_run import small_protocol, write_fake_run
 
-from raybench.atomic import write_json, write_table, write_text
-from raybench.cli import main
-from raybench.export import ExportError, export_run
-from raybench.paths import RunLayout
+from raybench.app.cli import main
+from raybench.app.export import ExportError, export_run
+from raybench.core.atomic import write_json, write_table, write_text
+from raybench.core.paths import RunLayout
 
 STUDY = 40012345  # a MIMIC-shaped study id
 

@@ -14,9 +14,8 @@ import torch
 from click.testing import CliRunner
 from fake_run import small_protocol, write_fake_run
 
-from raybench.atomic import write_json, write_table
-from raybench.cli import main
-from raybench.export_formats import (
+from raybench.app.cli import main
+from raybench.app.export_formats import (
     CELL_ID,
     FormatExportError,
     batchtopk_threshold,
@@ -29,10 +28,11 @@ from raybench.export_formats import (
     threshold_codes,
     write_saelens,
 )
-from raybench.paths import RunLayout
+from raybench.core.atomic import write_json, write_table
+from raybench.core.paths import RunLayout
+from raybench.core.sufficient_stats import paired_corr
 from raybench.sae.cells import build_cells
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE
-from raybench.sufficient_stats import paired_corr
 
 
 def random_sae(d=16, n=64, k=4, seed=3):
@@ -81,7 +81,7 @@ def test_threshold_is_the_mean_smallest_kept_entry_and_topk_is_per_record():
 def test_conversion_on_the_batch_it_was_fitted_on_drops_only_the_boundary_entry():
     sae, norm = random_sae()
     x = np.random.default_rng(1).normal(size=(32, 16)).astype(np.float32) * norm.std + norm.mean
-    from raybench.export_formats import _pre
+    from raybench.app.export_formats import _pre
 
     theta = batchtopk_threshold(_pre(sae, norm, x, 32), sae.k)
     c = measure_conversion(sae, norm, theta, x, 32)
@@ -95,7 +95,7 @@ def test_saelens_loads_the_export_and_reconstructs_as_the_threshold_rule(tmp_pat
     rng = np.random.default_rng(2)
     train = (rng.normal(size=(256, 24)) * norm.std + norm.mean).astype(np.float32)
     held_out = (rng.normal(size=(64, 24)) * norm.std + norm.mean).astype(np.float32)
-    from raybench.export_formats import _pre
+    from raybench.app.export_formats import _pre
 
     theta = batchtopk_threshold(_pre(sae, norm, train, 64), sae.k)
     write_saelens(tmp_path, sae, norm, theta, {"model_name": "demo", "hook_name": "layer_03"})
@@ -161,7 +161,7 @@ def _write_cell(folder: Path, d: int = 4, n: int = 8, k: int = 2) -> None:
 
 
 def test_cell_ids_match_what_the_grid_writes():
-    from raybench.config import ModelDims
+    from raybench.core.config import ModelDims
 
     cells = build_cells(small_protocol(), {m: ModelDims(d=16, n_layers=12) for m in small_protocol().grid.models})
     assert cells and all(CELL_ID.fullmatch(c.cell_id) for c in cells)

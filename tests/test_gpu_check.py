@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from raybench.config import ModelDims, paper_protocol
+from raybench.core.config import ModelDims, paper_protocol
 from tests.sae.test_grid_elastic import ray_env
 
 ROOT = Path(__file__).resolve().parents[1]

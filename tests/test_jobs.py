@@ -13,8 +13,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from raybench import jobs
-from raybench.cli import main
+from raybench.app import jobs
+from raybench.app.cli import main
 
 
 @pytest.fixture
@@ -173,7 +173,7 @@ def _project(root: Path) -> Path:
     """A raybench checkout with the things that must stay home beside it."""
     files = {
         "pyproject.toml": "[project]\nname = 'raybench'\n", "README.md": "# raybench\n",
-        "raybench/__init__.py": "", "raybench/cli.py": "", "raybench/presets/demo.yaml": "x: 1\n",
+        "raybench/__init__.py": "", "raybench/app/cli.py": "", "raybench/presets/demo.yaml": "x: 1\n",
         "raybench/__pycache__/cli.cpython-311.pyc": "", "conf/run.yaml": "preset: demo\n",
         "conf/other.yaml": "preset: paper\n", ".env": "AWS_SECRET_ACCESS_KEY=abc\n", ".git/config": "[core]\n",
         "runs/demo/manifest/manifest.parquet": "ids", "runs/demo/tables/cells.parquet": "cells",
@@ -186,7 +186,7 @@ def _project(root: Path) -> Path:
     return root
 
 
-PROJECT_UPLOAD = ["README.md", "conf/run.yaml", "pyproject.toml", "raybench/__init__.py", "raybench/cli.py",
+PROJECT_UPLOAD = ["README.md", "conf/run.yaml", "pyproject.toml", "raybench/__init__.py", "raybench/app/cli.py",
                   "raybench/presets/demo.yaml"]
 
 
@@ -197,7 +197,7 @@ def test_submit_uploads_only_the_allow_list(fake_ray, tmp_path, monkeypatch):
     sent = fake_ray.made[-1]
     assert sent["uploaded"] == PROJECT_UPLOAD
     assert set(sent["runtime_env"]) == {"working_dir"}
-    assert sent["entrypoint"] == "python -m raybench.cli grid --config conf/run.yaml"
+    assert sent["entrypoint"] == "python -m raybench.app.cli grid --config conf/run.yaml"
     assert not Path(sent["runtime_env"]["working_dir"]).exists(), "the staged copy is removed after the upload"
 
 
@@ -213,7 +213,7 @@ def test_config_files_outside_the_working_dir_are_staged_and_the_argument_rewrit
     sent = fake_ray.made[-1]
     expected = [f for f in PROJECT_UPLOAD if f != "conf/run.yaml"] + ["_configs/ptbxl.yaml", "extra/weights.txt"]
     assert sent["uploaded"] == sorted(expected)
-    assert sent["entrypoint"] == "python -m raybench.cli grid --config=_configs/ptbxl.yaml --run-dir s3://b/r"
+    assert sent["entrypoint"] == "python -m raybench.app.cli grid --config=_configs/ptbxl.yaml --run-dir s3://b/r"
     # a working dir that is not a checkout uploads its config alone (the cluster's installed raybench runs)
     wd = tmp_path / "job"
     wd.mkdir()

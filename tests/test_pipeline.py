@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from raybench.cli import main
-from raybench.config import dump_run_config
-from raybench.paths import RunLayout
-from raybench.pipeline import run_pipeline
+from raybench.app.cli import main
+from raybench.app.pipeline import run_pipeline
+from raybench.core import run_state as rs
+from raybench.core.config import dump_run_config
+from raybench.core.paths import RunLayout
 from tests.small_run import small_config
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "explore_run.ipynb"
@@ -49,7 +50,7 @@ def test_rerun_recomputes_nothing_and_keeps_tables_byte_identical(finished_run, 
     import ray
 
     import raybench.encoders.base
-    import raybench.ray_session
+    import raybench.infra.ray_session
 
     cfg, _, _ = finished_run
     layout = RunLayout.at(cfg.run_dir)
@@ -57,7 +58,7 @@ def test_rerun_recomputes_nothing_and_keeps_tables_byte_identical(finished_run, 
     cells_before = {p.name: p.stat().st_mtime_ns for p in layout.cells_dir.iterdir()}
     lines: list[str] = []
     started: list = []
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: started.append(resources))
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: started.append(resources))
     monkeypatch.setattr(ray, "init", lambda *a, **kw: started.append("ray.init"))
     monkeypatch.setattr(raybench.encoders.base, "build_encoder", lambda spec: started.append(spec.name))
     timings = run_pipeline(cfg, echo=lines.append)
@@ -117,7 +118,7 @@ def test_notebook_reproduces_the_figures_from_a_real_run(finished_run, monkeypat
 
 def _stamped_run(tmp_path: Path):
     """A run folder whose run.yaml (as `raybench grid` writes it) differs from the embedded demo."""
-    from raybench.pipeline import write_run_yaml
+    from raybench.core.run_state import write_run_yaml
 
     cfg = small_config(tmp_path / "run")
     cfg = replace(cfg, encoders=replace(cfg.encoders, init_seed=3))
@@ -132,7 +133,7 @@ def _fake_stages(monkeypatch) -> dict:
     import pandas as pd
 
     import raybench.encoders.extract
-    import raybench.ray_session
+    import raybench.infra.ray_session
     import raybench.sae.grid
 
     seen: dict = {"train": [], "encode": []}
@@ -152,7 +153,7 @@ def _fake_stages(monkeypatch) -> dict:
 
     monkeypatch.setattr(raybench.encoders.extract, "extract_activations", extract_activations)
     monkeypatch.setattr(raybench.encoders.extract, "extract_models", extract_models)
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: None)
     return seen
 
 
@@ -207,13 +208,13 @@ def test_a_complete_run_does_not_start_ray(tmp_path, monkeypatch):
     """Ray starts before the first stage with work, never for a run whose stages are all complete."""
     import ray
 
-    import raybench.pipeline as pl
-    import raybench.ray_session
-    from raybench.stage import Stage
+    import raybench.app.pipeline as pl
+    import raybench.infra.ray_session
+    from raybench.infra.stage import Stage
 
     started: list = []
     monkeypatch.setattr(ray, "init", lambda *a, **kw: started.append("ray.init"))
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: started.append("init_ray"))
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: started.append("init_ray"))
     ran: list[str] = []
 
     def stage(name: str, complete: bool) -> Stage:
@@ -230,11 +231,11 @@ def test_a_complete_run_does_not_start_ray(tmp_path, monkeypatch):
 
 
 def test_until_stops_after_the_named_stage_and_a_rerun_goes_on(tmp_path, monkeypatch):
-    import raybench.pipeline as pl
-    import raybench.ray_session
-    from raybench.stage import Stage
+    import raybench.app.pipeline as pl
+    import raybench.infra.ray_session
+    from raybench.infra.stage import Stage
 
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: None)
     ran: list[str] = []
 
     def stage(name: str) -> Stage:
@@ -248,7 +249,7 @@ def test_until_stops_after_the_named_stage_and_a_rerun_goes_on(tmp_path, monkeyp
     assert any(ln.startswith("[2/2] manifest  done in") for ln in lines), lines
     run_pipeline(cfg, echo=lines.append)
     assert ran == ["cohort", "manifest", "train", "analyze"], "the rest, nothing twice"
-    with pytest.raises(pl.PipelineError, match="unknown stage 'report' for until: choose one of cohort, manifest"):
+    with pytest.raises(rs.PipelineError, match="unknown stage 'report' for until: choose one of cohort, manifest"):
         run_pipeline(cfg, until="report")
 
 
@@ -307,46 +308,44 @@ def test_a_kill_between_run_yaml_and_config_hash_json_does_not_block_the_rerun(t
     run folder the same command (and every stage command) accepts, with the earlier hash still compatible."""
     import json
 
-    import raybench.pipeline as pl
-    from raybench.run_changes import compatible_hashes
+    from raybench.core.run_state import compatible_hashes
 
     cfg = small_config(tmp_path / "run")
     RunLayout.at(cfg.run_dir).root.mkdir(parents=True)
-    pl.write_run_yaml(cfg)
+    rs.write_run_yaml(cfg)
     more = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid,
                                                                         models=(*cfg.protocol.grid.models, "st_mem"))))
-    real = pl.write_json
+    real = rs.write_json
 
     def killed(path, obj):
-        if Path(path).name == pl.STAMP:
+        if Path(path).name == rs.STAMP:
             raise KeyboardInterrupt("killed between run.yaml and config_hash.json")
         real(path, obj)
 
-    monkeypatch.setattr(pl, "write_json", killed)
+    monkeypatch.setattr(rs, "write_json", killed)
     with pytest.raises(KeyboardInterrupt):
-        pl.write_run_yaml(more)
-    monkeypatch.setattr(pl, "write_json", real)
-    assert json.loads((Path(cfg.run_dir) / pl.STAMP).read_text())["config_hash"] == cfg.config_hash()  # stale copy
+        rs.write_run_yaml(more)
+    monkeypatch.setattr(rs, "write_json", real)
+    assert json.loads((Path(cfg.run_dir) / rs.STAMP).read_text())["config_hash"] == cfg.config_hash()  # stale copy
 
-    assert pl.recorded_run_config(cfg.run_dir) == (more, more.config_hash())
-    assert pl.stage_config(cfg.run_dir, None) == more  # a stage command reads the run's own config
-    pl.write_run_yaml(more)  # the rerun of the same `raybench grid --config`
-    assert json.loads((Path(cfg.run_dir) / pl.STAMP).read_text())["config_hash"] == more.config_hash()
+    assert rs.recorded_run_config(cfg.run_dir) == (more, more.config_hash())
+    assert rs.stage_config(cfg.run_dir, None) == more  # a stage command reads the run's own config
+    rs.write_run_yaml(more)  # the rerun of the same `raybench grid --config`
+    assert json.loads((Path(cfg.run_dir) / rs.STAMP).read_text())["config_hash"] == more.config_hash()
     assert compatible_hashes(cfg.run_dir, more.config_hash()) == {cfg.config_hash(), more.config_hash()}
 
 
 def test_a_run_folder_of_an_older_raybench_is_read_from_config_hash_json(tmp_path):
     """Older run folders have run.yaml without the `# stamp:` line, and config_hash.json: both still count."""
-    import raybench.pipeline as pl
-    from raybench.run_changes import STAMP_LINE
+    from raybench.core.run_state import STAMP_LINE
 
     cfg = small_config(tmp_path / "run")
     layout = RunLayout.at(cfg.run_dir)
     layout.root.mkdir(parents=True)
-    pl.write_run_yaml(cfg)
+    rs.write_run_yaml(cfg)
     text = layout.run_yaml.read_text()
     layout.run_yaml.write_text("".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith(STAMP_LINE)))
-    (layout.root / pl.STAMP).write_text('{"config_hash": "0123"}')
-    assert pl.recorded_run_config(cfg.run_dir)[1] == "0123"
-    with pytest.raises(pl.PipelineError, match="another config"):
-        pl.write_run_yaml(cfg)
+    (layout.root / rs.STAMP).write_text('{"config_hash": "0123"}')
+    assert rs.recorded_run_config(cfg.run_dir)[1] == "0123"
+    with pytest.raises(rs.PipelineError, match="another config"):
+        rs.write_run_yaml(cfg)

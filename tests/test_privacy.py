@@ -30,11 +30,11 @@ from test_mimic import write_mimic_fixture
 from raybench.analysis.audit import release_audit
 from raybench.analysis.report import render_report
 from raybench.analysis.run_inputs import select_ok
-from raybench.atomic import write_json, write_table, write_text
-from raybench.cli import main
-from raybench.config import CohortConfig, ModelDims, RunConfig, demo_run
-from raybench.paths import RunLayout
-from raybench.privacy import WITHHELD, failure_text, id_like_count, is_credentialed
+from raybench.app.cli import main
+from raybench.core.atomic import write_json, write_table, write_text
+from raybench.core.config import CohortConfig, ModelDims, RunConfig, demo_run
+from raybench.core.paths import RunLayout
+from raybench.core.privacy import WITHHELD, failure_text, id_like_count, is_credentialed
 from raybench.sae.cells import build_cells, group_trials
 from raybench.sae.cells_table import collect_cells_table
 from raybench.sae.grid import trial_errors

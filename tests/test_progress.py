@@ -1,4 +1,4 @@
-"""The live progress display (raybench.progress): counts, rates and ETAs, the rich display in a terminal and
+"""The live progress display (raybench.infra.progress): counts, rates and ETAs, the rich display in a terminal and
 plain lines otherwise, and `raybench grid` under a pseudo-terminal and a pipe."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raybench import progress
+from raybench.infra import progress
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,10 +111,10 @@ def test_make_reporter_is_live_in_a_terminal_and_plain_in_a_pipe():
 
 DRIVER = textwrap.dedent("""
     import sys, time
-    import raybench.pipeline as pl
-    from raybench import progress
-    from raybench.cli import main
-    from raybench.stage import Stage
+    import raybench.app.pipeline as pl
+    from raybench.infra import progress
+    from raybench.app.cli import main
+    from raybench.infra.stage import Stage
 
     def work(cfg, remote):
         shown = progress.current()
@@ -174,8 +174,8 @@ def test_grid_prints_plain_periodic_lines_in_a_pipe(tmp_path):
 
 REAL = textwrap.dedent("""
     import sys
-    import raybench.pipeline as pl
-    from raybench.cli import main
+    import raybench.app.pipeline as pl
+    from raybench.app.cli import main
 
     pl.STAGES = pl.STAGES[:3]  # cohort, manifest, encode: real Ray, Ray Data and its encoder actors
     main(sys.argv[1:], prog_name="raybench")
@@ -187,9 +187,9 @@ RAY_CHATTER = (" INFO ", " WARNING ", "core_worker", "streaming_executor", "Star
 RAY_STAGE = textwrap.dedent("""
     import sys
     import ray
-    import raybench.pipeline as pl
-    from raybench.cli import main
-    from raybench.stage import Stage
+    import raybench.app.pipeline as pl
+    from raybench.app.cli import main
+    from raybench.infra.stage import Stage
 
     def work(cfg, remote):  # Ray is started for this stage (it is not in pipeline.RAY_FREE)
         return ray.get(ray.remote(lambda: "a Ray task ran").remote())
@@ -206,7 +206,7 @@ def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path):
     are enough, and a second encode would double the test's time)."""
     from dataclasses import replace
 
-    from raybench.config import dump_run_config
+    from raybench.core.config import dump_run_config
     from tests.small_run import small_config
 
     cfg = small_config(tmp_path / "run", models=("csfm",))

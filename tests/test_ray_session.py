@@ -1,4 +1,4 @@
-"""raybench.ray_session: the local Ray instance that `raybench grid` starts for itself listens on loopback only.
+"""raybench.infra.ray_session: the local Ray instance that `raybench grid` starts for itself listens on loopback only.
 
 Ray 2.60 turns a 127.0.0.1 node address into the machine's network address and then binds its servers (GCS,
 raylet, object manager, workers, agents) to every interface, so anyone on the network could submit work to a
@@ -18,8 +18,8 @@ PROBE = """
 import json, os
 import psutil, ray
 import ray._private.ray_constants as constants
-from raybench.config import ResourceConfig
-from raybench.ray_session import init_ray, owns_local_instance
+from raybench.core.config import ResourceConfig
+from raybench.infra.ray_session import init_ray, owns_local_instance
 
 before = constants.ENABLE_RAY_CLUSTER
 init_ray(ResourceConfig(num_cpus=1, num_gpus=0))

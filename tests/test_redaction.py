@@ -1,10 +1,10 @@
-"""raybench/redaction.py: URIs keep where they point and lose what logs in (userinfo, query, fragment)."""
+"""raybench/core/redaction.py: URIs keep where they point and lose what logs in (userinfo, query, fragment)."""
 
 from __future__ import annotations
 
 import pytest
 
-from raybench.redaction import redact_config, redact_text, redact_uri, uri_secrets
+from raybench.core.redaction import redact_config, redact_text, redact_uri, uri_secrets
 
 
 @pytest.mark.parametrize(("uri", "expect"), [

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from raybench.config import dump_run_config
+from raybench.core.config import dump_run_config
 from tests.s3_server import s3_server
 from tests.small_run import small_config
 
@@ -91,7 +91,7 @@ def cluster(tmp_path_factory):
 
 
 def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "raybench.cli", *args], cwd=cluster["tmp"],
+    return subprocess.run([sys.executable, "-m", "raybench.app.cli", *args], cwd=cluster["tmp"],
                           env=env or cluster["env"], capture_output=True, text=True, timeout=timeout)
 
 

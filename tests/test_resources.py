@@ -1,4 +1,4 @@
-"""GPU shares (raybench.resources): the memory estimates and packing by hand, then `auto` on Ray logical GPUs."""
+"""GPU shares (raybench.infra.resources): the memory estimates and packing by hand, then `auto` on Ray logical GPUs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import yaml
 from torch import nn
 
-import raybench.resources as rr
-from raybench.config import ConfigError, EncoderConfig, ResourceConfig, load_run_config, paper_run
-from raybench.paths import RunLayout
+import raybench.infra.resources as rr
+from raybench.core.config import ConfigError, EncoderConfig, ResourceConfig, load_run_config, paper_run
+from raybench.core.paths import RunLayout
 
 GIB = 1 << 30
 
@@ -240,7 +240,7 @@ def test_trial_need_comes_from_the_runs_stores(ray_cluster, tmp_path):
 
 
 def test_reuse_trial_processes_auto_is_on_only_for_a_local_instance_raybench_started(ray_cluster, monkeypatch):
-    import raybench.ray_session as session
+    import raybench.infra.ray_session as session
 
     monkeypatch.setattr(session, "_OWNS_LOCAL", False)  # the tests' session cluster: started by conftest
     assert not rr.resolve_reuse_trial_processes("auto")
@@ -255,7 +255,7 @@ def test_reuse_trial_processes_auto_is_on_only_for_a_local_instance_raybench_sta
 def test_reuse_trial_processes_reads_yaml_booleans(tmp_path):
     import yaml
 
-    from raybench.config import demo_run, dump_run_config
+    from raybench.core.config import demo_run, dump_run_config
 
     text = dump_run_config(demo_run(str(tmp_path / "run")))
     assert "reuse_trial_processes: auto" in text
@@ -270,7 +270,7 @@ def test_init_ray_owns_a_local_instance_but_not_a_cluster_it_joins(monkeypatch):
     """Which of init_ray's two ways of starting Ray it took decides `auto` (ray.init itself is not called)."""
     import ray
 
-    import raybench.ray_session as session
+    import raybench.infra.ray_session as session
 
     calls = []
     monkeypatch.setattr(session, "_OWNS_LOCAL", False)  # restored after the test

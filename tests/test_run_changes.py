@@ -10,9 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from raybench import pipeline as pl
-from raybench.paths import RunLayout
-from raybench.run_changes import (
+from raybench.app import pipeline as pl
+from raybench.core import run_state as rs
+from raybench.core.paths import RunLayout
+from raybench.core.run_state import (
     RunChangeError,
     base_hash,
     check_change,
@@ -73,21 +74,21 @@ def test_stamps_keep_every_earlier_hash_compatible(tmp_path):
 def test_write_run_yaml_adds_models_refuses_others_by_key(tmp_path):
     cfg = small_config(tmp_path / "run")
     RunLayout.at(cfg.run_dir).root.mkdir()
-    pl.write_run_yaml(cfg)
+    rs.write_run_yaml(cfg)
     more = _with_models(cfg, ("ecg_fm", "csfm", "st_mem"))
-    pl.write_run_yaml(more)
-    stamp = json.loads((Path(cfg.run_dir) / pl.STAMP).read_text())
+    rs.write_run_yaml(more)
+    stamp = json.loads((Path(cfg.run_dir) / rs.STAMP).read_text())
     assert stamp["compatible_hashes"] == [cfg.config_hash()] and stamp["base_hash"] == base_hash(cfg)
-    assert pl.recorded_run_config(cfg.run_dir)[0] == more
-    with pytest.raises(pl.PipelineError, match="drops model"):
-        pl.write_run_yaml(cfg)
+    assert rs.recorded_run_config(cfg.run_dir)[0] == more
+    with pytest.raises(rs.PipelineError, match="drops model"):
+        rs.write_run_yaml(cfg)
     other = replace(more, cohort=replace(more.cohort, records=99))
-    with pytest.raises(pl.PipelineError, match=r"another config .* keys that differ: cohort\.records: 120 -> 99"):
-        pl.write_run_yaml(other)
-    pl.write_run_yaml(cfg, drop_model=True)
-    assert pl.recorded_run_config(cfg.run_dir)[0] == cfg
-    with pytest.raises(pl.PipelineError, match=r"\(keys that differ: cohort\.records\)"):  # stage commands too
-        pl.stamp_run(replace(cfg, cohort=replace(cfg.cohort, records=99)))
+    with pytest.raises(rs.PipelineError, match=r"another config .* keys that differ: cohort\.records: 120 -> 99"):
+        rs.write_run_yaml(other)
+    rs.write_run_yaml(cfg, drop_model=True)
+    assert rs.recorded_run_config(cfg.run_dir)[0] == cfg
+    with pytest.raises(rs.PipelineError, match=r"\(keys that differ: cohort\.records\)"):  # stage commands too
+        rs.stamp_run(replace(cfg, cohort=replace(cfg.cohort, records=99)))
 
 
 def _files(folder: Path) -> dict[str, tuple[int, str]]:

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from raybench.run_lock import LOCK_NAME, RunLocked, S3Lease, run_lock
+from raybench.infra.run_lock import LOCK_NAME, RunLocked, S3Lease, run_lock
 from tests.small_run import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 HOLDER = """
 import sys
-from raybench.run_lock import run_lock
+from raybench.infra.run_lock import run_lock
 
 with run_lock(sys.argv[1], "grid"):
     print("held", flush=True)
@@ -44,7 +44,7 @@ class Holder:
 
 
 def test_a_second_grid_on_a_folder_in_use_refuses_naming_the_holder(tmp_path):
-    from raybench.pipeline import run_pipeline
+    from raybench.app.pipeline import run_pipeline
 
     cfg = small_config(tmp_path / "run")
     holder = Holder(cfg.run_dir)

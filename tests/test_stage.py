@@ -1,4 +1,4 @@
-"""The Stage contract (raybench.stage) and the stage sequence `raybench grid` runs (raybench.pipeline)."""
+"""The Stage contract (raybench.infra.stage) and the stage sequence `raybench grid` runs (raybench.app.pipeline)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import raybench.pipeline as pl
+import raybench.app.pipeline as pl
 from raybench.analysis.analyze_stage import ANALYZE_STAGE, analyze_stage
-from raybench.cli import main
+from raybench.app.cli import main
 from raybench.cohorts.stage import COHORT_STAGE, MANIFEST_STAGE, CohortError
-from raybench.config import CohortConfig, EncoderConfig, RunConfig, demo_protocol
+from raybench.core import run_state as rs
+from raybench.core.config import CohortConfig, EncoderConfig, RunConfig, demo_protocol
+from raybench.core.errors import USER_EXIT_CODE, RaybenchError
+from raybench.core.paths import RunLayout
 from raybench.encoders.stage import ENCODE_STAGE
-from raybench.errors import USER_EXIT_CODE, RaybenchError
-from raybench.paths import RunLayout
+from raybench.infra.stage import Resources, Stage
 from raybench.sae.stage import TRAIN_STAGE
-from raybench.stage import Resources, Stage
 
 
 def _config(run_dir, **cohort) -> RunConfig:
@@ -48,10 +49,10 @@ def test_no_stage_is_complete_on_an_empty_run_dir(tmp_path):
 
 
 def test_run_pipeline_raises_a_user_error_for_a_missing_cohort_root(tmp_path, monkeypatch):
-    import raybench.ray_session
+    import raybench.infra.ray_session
 
     started = []
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: started.append(1))
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: started.append(1))
     cfg = _config(tmp_path / "run", kind="ptbxl", root=str(tmp_path / "no_ptbxl"))
     with pytest.raises(RaybenchError, match="no_ptbxl") as err:
         pl.run_pipeline(cfg, echo=lambda line: None)
@@ -76,8 +77,8 @@ def test_grid_command_prints_one_error_line_for_a_missing_cohort_root(tmp_path):
 def test_a_run_folder_of_another_config_is_a_pipeline_error(tmp_path):
     cfg = _config(tmp_path / "run")
     RunLayout.at(cfg.run_dir).root.mkdir()
-    (RunLayout.at(cfg.run_dir).root / pl.STAMP).write_text('{"config_hash": "0123"}')
-    with pytest.raises(pl.PipelineError, match="another config"):
-        pl.write_run_yaml(cfg)
-    with pytest.raises(pl.PipelineError, match="config hash"):
-        pl.stamp_run(cfg)
+    (RunLayout.at(cfg.run_dir).root / rs.STAMP).write_text('{"config_hash": "0123"}')
+    with pytest.raises(rs.PipelineError, match="another config"):
+        rs.write_run_yaml(cfg)
+    with pytest.raises(rs.PipelineError, match="config hash"):
+        rs.stamp_run(cfg)

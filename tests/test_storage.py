@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from raybench.storage import StorageError, check_writable, is_remote, local_mirror, sync_down, sync_up
+from raybench.infra.storage import StorageError, check_writable, is_remote, local_mirror, sync_down, sync_up
 from tests.s3_server import s3_server
 
 
@@ -95,7 +95,7 @@ def test_sync_down_never_writes_outside_the_mirror(tmp_path, caplog):
         assert bad[1].startswith("run//")  # tmp_path is absolute: an empty part, i.e. an absolute local path
         for key in [*bad, "run/cells/ok.txt"]:
             _put(key, b"payload")
-        with caplog.at_level(logging.WARNING, logger="raybench.storage"):
+        with caplog.at_level(logging.WARNING, logger="raybench.infra.storage"):
             sync_down(f"{bucket}/run", mirror)
         assert (mirror / "cells" / "ok.txt").read_bytes() == b"payload"
         assert not (tmp_path / "a" / "escaped.txt").exists() and not (tmp_path / "abs.txt").exists()

@@ -1,4 +1,4 @@
-"""raybench.sufficient_stats: Pearson r from sums against scipy.stats.pearsonr, the one zero-variance rule, and
+"""raybench.core.sufficient_stats: Pearson r from sums against scipy.stats.pearsonr, the one zero-variance rule, and
 per-patient sums against brute-force loops; evaluation, bootstrap and secondary analyses all use this one copy."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr
 
-from raybench import sufficient_stats as ss
+from raybench.core import sufficient_stats as ss
 
 
 def _sums(a: np.ndarray, y: np.ndarray):

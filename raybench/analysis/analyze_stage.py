@@ -1,16 +1,16 @@
-"""The analyze stage of `raybench grid` as a `raybench.stage.Stage`: a thin wrapper around
+"""The analyze stage of `raybench grid` as a `raybench.infra.stage.Stage`: a thin wrapper around
 `raybench.analysis.stage.run_analyze_stage`, the one analyze sequence `raybench analyze` runs too (tables ->
 secondary analyses -> figures -> release audit -> report). Kept apart from that module so that importing the
-stage sequence (`raybench.pipeline`) does not import the analysis code."""
+stage sequence (`raybench.app.pipeline`) does not import the analysis code."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 
-from raybench.config import RunConfig
-from raybench.paths import RunLayout
-from raybench.stage import Stage
+from raybench.core.config import RunConfig
+from raybench.core.paths import RunLayout
+from raybench.infra.stage import Stage
 
 
 def local_run_dir(run_dir: str) -> Path:

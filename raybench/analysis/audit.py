@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
-from raybench.atomic import write_json
-from raybench.config import ConfigError, GridProtocol, Protocol, from_dict, k_for, layer_for_depth
-from raybench.paths import RunLayout
+from raybench.core.atomic import write_json
+from raybench.core.config import GridProtocol, Protocol, k_for, layer_for_depth
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -174,42 +173,6 @@ def read_audit(root: str | Path) -> dict[str, Any] | None:
 
     path = RunLayout.at(root).tables_dir / AUDIT_FILE
     return json.loads(path.read_text()) if path.exists() else None
-
-
-# ---------------------------------------------------------------- run.yaml
-
-def read_run_yaml(root: str | Path) -> dict[str, Any] | None:
-    """run.yaml as a mapping, or None when absent (safe_load only: no code runs from config)."""
-    path = RunLayout.at(root).run_yaml
-    if not path.exists():
-        return None
-    raw = yaml.safe_load(path.read_text())
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
-    return raw
-
-
-def run_section(raw: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
-    """A config section from run.yaml, whether it sits at the top level or under `config:`."""
-    if not raw:
-        return None
-    for holder in (raw, raw.get("config"), raw.get("run_config"), raw.get("resolved")):
-        if isinstance(holder, dict) and isinstance(holder.get(name), dict):
-            return holder[name]
-    return None
-
-
-def run_protocol(root: str | Path) -> Protocol | None:
-    """The protocol recorded in run.yaml, or None when the run has no run.yaml (or no protocol in it)."""
-    section = run_section(read_run_yaml(root), "protocol")
-    if section is None:
-        return None
-    try:
-        protocol = from_dict(Protocol, section, "protocol")
-        protocol.validate()
-    except ConfigError as err:
-        raise ConfigError(f"{RunLayout.at(root).run_yaml}: {err}") from None
-    return protocol
 
 
 # ---------------------------------------------------------------- helpers

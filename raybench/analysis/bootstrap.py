@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from raybench import progress
 from raybench.analysis.packed_stats import (
     CONSTANT_RTOL_F32,
     BlockReady,
@@ -38,7 +37,8 @@ from raybench.analysis.streams import (
     patient_counts,
     patient_draws,
 )
-from raybench.sufficient_stats import CONSTANT_RTOL
+from raybench.core.sufficient_stats import CONSTANT_RTOL
+from raybench.infra import progress
 
 # ---------------------------------------------------------------- Ray tasks
 
@@ -106,7 +106,7 @@ def run_bounded(jobs: Sequence[Callable[[], ray.ObjectRef]], num_workers: int | 
     results: list[np.ndarray | None] = [None] * len(jobs)
     pending: dict[ray.ObjectRef, int] = {}
     nxt = 0
-    shown = progress.current()  # the run's live display counts bootstrap tasks (raybench.progress)
+    shown = progress.current()  # the run's live display counts bootstrap tasks (raybench.infra.progress)
     shown.add_total("bootstrap", "bootstrap tasks", len(jobs), "tasks")
     while nxt < len(jobs) or pending:
         while nxt < len(jobs) and len(pending) < limit:

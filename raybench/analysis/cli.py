@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from raybench.config import RunConfig
+from raybench.core.config import RunConfig
 
 if TYPE_CHECKING:
     from raybench.analysis.stage import Rendered
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 def resolve_config(run_dir: str, config_path: str | None) -> RunConfig:
     """--config when given (refused when its config hash differs from the run's recorded one), else the resolved
     config recorded in the run's run.yaml."""
-    from raybench.pipeline import stage_config
+    from raybench.core.run_state import stage_config
 
     return stage_config(run_dir, config_path, demo_fallback=False)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from raybench.errors import RaybenchError
+from raybench.core.errors import RaybenchError
 
 DENOM_COLUMNS = ["n_expected", "n_present", "short_denominator"]
 GRID_COLUMNS = ["arm", "model", "q", "expansion", "seed"]

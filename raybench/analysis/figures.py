@@ -38,7 +38,7 @@ from raybench.analysis.plotting import (
     write_rendered,
 )
 from raybench.analysis.shared_jobs import run_jobs
-from raybench.paths import RunLayout
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 over log E and decoder reproducibility across seeds.
 
 Everything here is deterministic and free of I/O so it can be checked against hand-computed cases and
-independent formulas. Pearson r from sums and per-patient sums live in raybench.sufficient_stats.
+independent formulas. Pearson r from sums and per-patient sums live in raybench.core.sufficient_stats.
 """
 
 from __future__ import annotations

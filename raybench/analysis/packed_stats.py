@@ -1,11 +1,11 @@
 """Per-patient statistics of many cells, packed for the patient bootstrap (docs/protocol.md §8).
 
 Every cell's test-set metrics are functions of its per-patient sums (patient_stats.npz, written by the SAE
-stage through raybench.sufficient_stats.patient_stats), so a bootstrap draw (multinomial patient counts w) is
+stage through raybench.core.sufficient_stats.patient_stats), so a bootstrap draw (multinomial patient counts w) is
 a weighted column sum and a chunk of draws is one GEMM  counts [draws, P] x packed [P, features].  Statistics
 are centred on the full-test means and scaled to unit variance before packing, so the sums stay well
 conditioned; `metrics_from_weighted` turns weighted sums back into (reconstruction R^2, accessibility,
-coverage) with the one Pearson-from-sums of raybench.sufficient_stats.
+coverage) with the one Pearson-from-sums of raybench.core.sufficient_stats.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import ray
 
-from raybench.sufficient_stats import CONSTANT_RTOL, centered_sum_of_squares, pearson_from_sums
+from raybench.core.sufficient_stats import CONSTANT_RTOL, centered_sum_of_squares, pearson_from_sums
 
 METRIC_NAMES: tuple[str, ...] = ("reconstruction", "accessibility", "coverage")
 CELL_FIXED = 2  # sse, sst columns in front of each cell's packed block
@@ -242,7 +242,7 @@ def metrics_from_weighted(yw: np.ndarray, cw: np.ndarray, cell_group: np.ndarray
     """Weighted sums -> [draws, cells, 3] (R^2, accessibility, coverage).
 
     yw [D, G*(1+2C)] and cw [D, nb*(2+3C)] are the draw-weighted column sums of PatientStats' matrices
-    (centred, so the zero-variance rule of raybench.sufficient_stats applies to them as to raw sums; pass
+    (centred, so the zero-variance rule of raybench.core.sufficient_stats applies to them as to raw sums; pass
     rtol=CONSTANT_RTOL_F32 for float32-packed statistics).
     """
     c = n_concepts

@@ -20,9 +20,9 @@ from raybench.analysis.bootstrap import crossed_bootstrap, crossed_values
 from raybench.analysis.completeness import attach, counts, finish, sum_of
 from raybench.analysis.packed_stats import METRIC_NAMES
 from raybench.analysis.streams import crossed_chunk_draws
-from raybench.atomic import read_json
-from raybench.config import Protocol
-from raybench.paths import RunLayout
+from raybench.core.atomic import read_json
+from raybench.core.config import Protocol
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 

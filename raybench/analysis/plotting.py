@@ -20,7 +20,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from raybench.atomic import atomic_path
+from raybench.core.atomic import atomic_path
 
 METRICS = ("reconstruction", "accessibility", "coverage")
 METRIC_LABELS = {"reconstruction": "Reconstruction R²", "accessibility": "Accessibility (mean |r|)",

@@ -13,7 +13,7 @@ reported number can be re-computed from the run folder alone (RunLayout.randomne
     secondary.json           seeds of the secondary analyses (random dictionaries, subsets, their bootstrap)
 
 `patient_draws_from_record` and `crossed_draws_from_record` re-derive the draws from randomness.json alone.
-Record-level files (.npy/.npz) are never exported (raybench.export refuses them); randomness.json and
+Record-level files (.npy/.npz) are never exported (raybench.app.export refuses them); randomness.json and
 floor_seeds.csv hold no record identifiers (the test patients appear only as a count and a SHA-256).
 """
 
@@ -39,9 +39,9 @@ from raybench.analysis.streams import (
     pair_floor_seeds,
     patient_draws,
 )
-from raybench.atomic import atomic_path, write_json, write_text
-from raybench.config import Protocol
-from raybench.paths import RunLayout
+from raybench.core.atomic import atomic_path, write_json, write_text
+from raybench.core.config import Protocol
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def write_secondary_randomness(root: str | Path, protocol: Protocol, scfg: Any) 
 
 
 def read_randomness(root: str | Path) -> dict[str, Any]:
-    from raybench.atomic import read_json
+    from raybench.core.atomic import read_json
 
     path = RunLayout.at(root).randomness_dir / "randomness.json"
     if not path.exists():

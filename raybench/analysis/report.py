@@ -13,15 +13,16 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from raybench.analysis.audit import read_audit, read_run_yaml, release_audit, run_protocol
+from raybench.analysis.audit import read_audit, release_audit
 from raybench.analysis.features.section import SECTION as FEATURES_SECTION
 from raybench.analysis.figures import FIGURES
 from raybench.analysis.paper_report import PAPER_SECTIONS
 from raybench.analysis.plotting import load_tables
 from raybench.analysis.report_html import CSS, TEMPLATE, figure_html, table_block
 from raybench.analysis.report_sections import OTHER, SECTIONS, Context, Section, register_section
-from raybench.atomic import write_text
-from raybench.paths import RunLayout
+from raybench.core.atomic import write_text
+from raybench.core.paths import RunLayout
+from raybench.core.run_state import read_run_yaml, run_protocol
 
 CAPTIONS = {spec.stem: spec.caption for spec in FIGURES}
 

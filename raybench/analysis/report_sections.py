@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.audit import run_section
 from raybench.analysis.plotting import METRICS, metric_label, model_label
 from raybench.analysis.report_html import LARGE_TABLE_ROWS, df_html, kv_table, table_block
-from raybench.paths import RunLayout
-from raybench.redaction import redact_config, redact_text
+from raybench.core.paths import RunLayout
+from raybench.core.redaction import redact_config, redact_text
+from raybench.core.run_state import run_section
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def _protocol_body(ctx: Context) -> str:
     path = ctx.layout.run_yaml
     if not path.exists():
         return "<p>No run.yaml in this run folder: the resolved protocol was not recorded.</p>"
-    text = redact_text(path.read_text())  # credentials in URIs stay in run.yaml (raybench.redaction)
+    text = redact_text(path.read_text())  # credentials in URIs stay in run.yaml (raybench.core.redaction)
     return f"<p>Resolved configuration (<code>run.yaml</code>):</p><pre>{html.escape(text)}</pre>"
 
 

@@ -17,8 +17,8 @@ from raybench.analysis.bootstrap import run_bounded
 from raybench.analysis.metrics import reproducibility
 from raybench.analysis.packed_stats import StatsError
 from raybench.analysis.streams import chunked_floor_seed, pair_floor_seeds
-from raybench.config import Protocol
-from raybench.paths import RunLayout
+from raybench.core.config import Protocol
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from raybench.analysis.audit import expected_cells, read_run_yaml, run_section
+from raybench.analysis.audit import expected_cells
 from raybench.analysis.completeness import GRID_COLUMNS, AnalysisError
 from raybench.analysis.packed_stats import StatsError
-from raybench.atomic import read_json
-from raybench.config import Protocol
-from raybench.paths import RunLayout
+from raybench.core.atomic import read_json
+from raybench.core.config import Protocol
+from raybench.core.paths import RunLayout
+from raybench.core.run_state import read_run_yaml, run_section
 
 # the columns of tables/cells.parquet the analysis reads (the SAE stage writes more)
 ANALYZED_CELL_COLUMNS = ("cell_id", "model", "q", "arm", "expansion", "seed", "status", "val_r2",

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from raybench import progress, ray_session
 from raybench.analysis.audit import AuditResult, release_audit
 from raybench.analysis.features.render import write_dashboards
 from raybench.analysis.figures import make_figures
 from raybench.analysis.report import render_report
 from raybench.analysis.secondary.run import run_secondary
 from raybench.analysis.tables import analyze_run
-from raybench.config import Protocol, RunConfig
-from raybench.paths import RunLayout
+from raybench.core.config import Protocol, RunConfig
+from raybench.core.paths import RunLayout
+from raybench.infra import progress, ray_session
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,10 @@ from raybench.analysis.run_inputs import (
 )
 from raybench.analysis.streams import crossed_chunk_draws
 from raybench.analysis.summary_weights import curve_weights, depth_auc_weights, profile_weights
-from raybench.atomic import write_table
 from raybench.cohorts.panel import concept_families
-from raybench.config import InferenceProtocol, Protocol
-from raybench.paths import RunLayout
+from raybench.core.atomic import write_table
+from raybench.core.config import InferenceProtocol, Protocol
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     cohort_kind: "ptbxl" fills the profiles' `published` column; None reads it from run.yaml.
     num_workers caps concurrent Ray tasks (results do not depend on it).
     """
-    from raybench.ray_session import init_ray
+    from raybench.infra.ray_session import init_ray
 
     init_ray()
     layout = RunLayout.at(root)

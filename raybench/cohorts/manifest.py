@@ -56,9 +56,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raybench.atomic import atomic_path, write_json
 from raybench.cohorts.split import SPLITS
-from raybench.errors import RaybenchError
+from raybench.core.atomic import atomic_path, write_json
+from raybench.core.errors import RaybenchError
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The cohort and manifest stages of `raybench grid` (see raybench.stage for the contract).
+"""The cohort and manifest stages of `raybench grid` (see raybench.infra.stage for the contract).
 
 cohort: writes the synthetic cohort into the run folder, or checks that an external PTB-XL / MIMIC-IV-ECG
 folder is there. manifest: validates every record, attaches concepts and splits by patient.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raybench.config import RunConfig
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
-from raybench.stage import Stage
+from raybench.core.config import RunConfig
+from raybench.core.errors import RaybenchError
+from raybench.core.paths import RunLayout
+from raybench.infra.stage import Stage
 
 # the table an external cohort folder must hold, per cohort.kind
 COHORT_INDEX = {"ptbxl": "ptbxl_database.csv", "mimic": "record_list.csv"}

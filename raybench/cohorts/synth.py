@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raybench.atomic import atomic_dir
 from raybench.cohorts.synth_beats import WAVES, lead_amplitudes, peak_time, wave_geometry, wave_profiles
 from raybench.cohorts.synth_params import draw_patients, draw_records
 from raybench.cohorts.synth_provenance import PLANT_STREAM, ProvenancePlant, artifact, plant_labels
 from raybench.cohorts.synth_truth import feature_tables, ground_truth, waveform_truth
+from raybench.core.atomic import atomic_dir
 
 GENERATOR_VERSION = 2
 PTBXL_COLUMNS: tuple[str, ...] = (

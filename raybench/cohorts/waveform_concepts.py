@@ -90,8 +90,8 @@ def extract_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None = N
         dup = records.loc[records["ecg_id"].duplicated(), "ecg_id"].head(5).tolist()
         raise ValueError(f"duplicate ecg_id values {dup}; each record needs a unique id")
     if not ray.is_initialized():
-        from raybench.config import ResourceConfig
-        from raybench.ray_session import init_ray
+        from raybench.core.config import ResourceConfig
+        from raybench.infra.ray_session import init_ray
 
         init_ray(ResourceConfig(num_cpus=num_cpus))
     ids = records["ecg_id"].to_numpy()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raybench.errors import RaybenchError
+from raybench.core.errors import RaybenchError
 
 LEADS: tuple[str, ...] = ("I", "II", "III", "aVR", "aVL", "aVF", "V1", "V2", "V3", "V4", "V5", "V6")
 _CANON = {name.upper(): name for name in LEADS}

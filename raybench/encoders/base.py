@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from raybench.errors import RaybenchError
+from raybench.core.errors import RaybenchError
 
 ENTRY_POINT_GROUP = "raybench.encoders"
 SIZES = ("demo", "full")

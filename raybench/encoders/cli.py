@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from raybench.config import MODELS
+from raybench.core.config import MODELS
 
 
 @click.command()
@@ -26,8 +26,8 @@ def encode(run_dir: str | None, config_path: str | None, models: str | None, siz
     Complete stores (same manifest hash and encoder fingerprint) are skipped, so rerunning after an
     interruption only does the remaining work. Bad records go to activations/<model>/quarantine.csv.
     """
+    from raybench.core.run_state import stage_config, stamp_run
     from raybench.encoders.stage import check_encodable, encode_models, with_encoder_overrides
-    from raybench.pipeline import stage_config, stamp_run
 
     cfg = with_encoder_overrides(stage_config(run_dir, config_path), size=size, batch_size=batch_size,
                                  num_gpus=num_gpus)

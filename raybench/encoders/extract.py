@@ -35,9 +35,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from raybench import progress as live_progress
 from raybench.cohorts.waveforms import RecordError
-from raybench.config import EncoderConfig, ResourceConfig, layer_for_depth
+from raybench.core.config import EncoderConfig, ResourceConfig, layer_for_depth
 from raybench.encoders.actor import EncoderActor, MultiEncoderActor, actor_cpus, encode_states
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, worker_builder
 from raybench.encoders.loading import (
@@ -53,7 +52,8 @@ from raybench.encoders.loading import (
 from raybench.encoders.preprocess import SignalError
 from raybench.encoders.roster import run_pipeline
 from raybench.encoders.store import QUARANTINE_COLUMNS, ActivationStore
-from raybench.resources import with_encoder_gpus
+from raybench.infra import progress as live_progress
+from raybench.infra.resources import with_encoder_gpus
 
 __all__ = ["MANIFEST_COLUMNS", "Builder", "EncoderActor", "ExtractionError", "ManifestRecords", "actor_cpus",
            "encode_states", "extract_activations", "extract_models", "load_batch", "native_input",
@@ -73,13 +73,13 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
     are, no Ray work runs. `builder` replaces `build_encoder` (tests, unregistered models); it is shipped
     to Ray workers, so it must be picklable. `cpu_threads`: torch threads of an actor that ended up on CPU
     (default: this node's cores shared by the actor pool). `resources` sizes an `auto` encoders.num_gpus
-    (raybench.resources). `credentialed`: the cohort's record identifiers must stay put, so a failure's text is
-    withheld (raybench.privacy). Returns a summary dict.
+    (raybench.infra.resources). `credentialed`: the cohort's record identifiers must stay put, so a failure's text is
+    withheld (raybench.core.privacy). Returns a summary dict.
     """
     import ray
 
     from raybench.encoders.stage import fingerprint_key
-    from raybench.ray_session import init_ray, quiet_ray_logs
+    from raybench.infra.ray_session import init_ray, quiet_ray_logs
 
     manifest = read_manifest_records(manifest_path)
     store = ActivationStore.for_run(run_root)
@@ -135,7 +135,7 @@ def extract_models(manifest_path: str | os.PathLike, run_root: str | os.PathLike
     import ray
 
     from raybench.encoders.stage import fingerprint_key
-    from raybench.ray_session import init_ray, quiet_ray_logs
+    from raybench.infra.ray_session import init_ray, quiet_ray_logs
 
     manifest = read_manifest_records(manifest_path)
     store = ActivationStore.for_run(run_root)

@@ -23,9 +23,9 @@ import pandas as pd
 import torch
 
 from raybench.cohorts.waveforms import RecordError, Waveform, read_record
+from raybench.core.errors import RaybenchError
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder
 from raybench.encoders.preprocess import SignalError, collect_notes
-from raybench.errors import RaybenchError
 
 Builder = Callable[[EncoderSpec], ECGEncoder]
 MANIFEST_COLUMNS = ("ecg_id", "path", "fs", "n_samples", "split")

@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import signal as sps
 
-from raybench.errors import RaybenchError
+from raybench.core.errors import RaybenchError
 
 _NOTES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("raybench_record_notes", default=None)
 

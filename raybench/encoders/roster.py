@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the Roster actor's worker imports this module: it stays light (no pandas, no torch)
-    from raybench.config import EncoderConfig
+    from raybench.core.config import EncoderConfig
 
 
 class Roster:
@@ -92,7 +92,7 @@ def run_pipeline(body, names: list[str], writers, enc_cfg: EncoderConfig, progre
     DataContext extraction needs; returns what it returns. Whatever happens, the pipeline's encoder actors are
     killed when it ends (raybench.encoders.roster), so their CPU and GPU shares are free for whatever runs next;
     a pipeline that cannot get its resources fails after `encoders.stall_timeout_s` instead of waiting forever.
-    Raises ExtractionError (the cause first; text withheld as raybench.privacy says for a credentialed cohort)."""
+    Raises ExtractionError (the cause first; text withheld as raybench.core.privacy says for a credentialed cohort)."""
     import ray
 
     from raybench.encoders.loading import ExtractionError
@@ -131,8 +131,8 @@ def _failure(err: Exception, enc_cfg: EncoderConfig, baseline: dict[str, float],
     from ray.data.exceptions import ExecutionTimeoutError
     from ray.exceptions import GetTimeoutError
 
+    from raybench.core.privacy import failure_text
     from raybench.encoders.loading import ExtractionError
-    from raybench.privacy import failure_text
 
     if isinstance(err, ExecutionTimeoutError | GetTimeoutError):
         return (f"no progress for {enc_cfg.stall_timeout_s:g} s (encoders.stall_timeout_s): the pipeline could not "

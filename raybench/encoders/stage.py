@@ -1,4 +1,4 @@
-"""The encode stage of `raybench grid` (see raybench.stage): every audited layer of every model in the grid,
+"""The encode stage of `raybench grid` (see raybench.infra.stage): every audited layer of every model in the grid,
 extracted over the manifest with Ray Data into the run's activation store."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from raybench.config import RunConfig
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
-from raybench.privacy import is_credentialed
-from raybench.stage import Resources, Stage
+from raybench.core.config import RunConfig
+from raybench.core.errors import RaybenchError
+from raybench.core.paths import RunLayout
+from raybench.core.privacy import is_credentialed
+from raybench.infra.stage import Resources, Stage
 
 if TYPE_CHECKING:
     from raybench.encoders.base import EncoderSpec
@@ -80,7 +80,7 @@ def encode_complete(cfg: RunConfig) -> bool:
     """Every audited store matches the *current* manifest hash and encoder fingerprint (not its own index).
     The fingerprint comes from a store recording the same `fingerprint_key`, else from building the encoder."""
     from raybench.cohorts.manifest import ManifestError, load_manifest
-    from raybench.config import audited_layers
+    from raybench.core.config import audited_layers
     from raybench.encoders.store import ActivationStore
 
     layout = RunLayout.at(cfg.run_dir)
@@ -114,7 +114,7 @@ def encode_complete(cfg: RunConfig) -> bool:
 
 
 def encode_run(cfg: RunConfig, remote: str | None = None) -> str:
-    from raybench.config import audited_depths
+    from raybench.core.config import audited_depths
     from raybench.encoders.extract import extract_activations
 
     layout = RunLayout.at(cfg.run_dir)
@@ -139,15 +139,15 @@ def one_pipeline(cfg: RunConfig, models: list[str]) -> bool:
     """Whether `models` share one Ray Data pipeline (extract_models): several demo-size encoders on CPU, where
     starting a pipeline and an actor per model would cost more than encoding. Full-size encoders and GPU
     shares keep one pipeline per model (each actor holds one large encoder)."""
-    from raybench.resources import declared_gpus
+    from raybench.infra.resources import declared_gpus
 
     return len(models) > 1 and cfg.encoders.size == "demo" and declared_gpus(cfg.encoders.num_gpus,
                                                                              cfg.resources) == 0
 
 
 def encode_resources(cfg: RunConfig) -> Resources:
-    """One encoder actor: a CPU and the configured GPU share (encoders.num_gpus; auto: raybench.resources)."""
-    from raybench.resources import declared_gpus
+    """One encoder actor: a CPU and the configured GPU share (encoders.num_gpus; auto: raybench.infra.resources)."""
+    from raybench.infra.resources import declared_gpus
 
     return Resources(cpus=1.0, gpus=declared_gpus(cfg.encoders.num_gpus, cfg.resources))
 
@@ -164,7 +164,7 @@ def encode_models(cfg: RunConfig, models: list[str], all_layers: bool = False,
     """`raybench encode`: extract `models` (every layer with all_layers, else the grid's depths) into the run's
     activation store, skipping complete stores; yields one summary line per model."""
     from raybench.encoders.extract import extract_activations
-    from raybench.ray_session import init_ray
+    from raybench.infra.ray_session import init_ray
 
     manifest = check_encodable(cfg)
     init_ray(cfg.resources)

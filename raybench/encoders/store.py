@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 from raybench import __version__
-from raybench.atomic import atomic_path, pid_alive, write_json
-from raybench.config import ModelDims
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
+from raybench.core.atomic import atomic_path, pid_alive, write_json
+from raybench.core.config import ModelDims
+from raybench.core.errors import RaybenchError
+from raybench.core.paths import RunLayout
 
 INDEX = "index.json"
 NOTE_IDS = 100  # ecg_ids listed per record note in index.json (the count is always complete)

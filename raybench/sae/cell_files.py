@@ -6,7 +6,7 @@ A cell folder that exists is complete (raybench.sae.provenance.cell_complete rel
 <cell>/cfg.json          hyperparameters + shapes + normalization note: the SAE is usable on its own
 <cell>/metrics.json      CellEval.metrics, selected / r_val / r_test lists, plus `extra`
 <cell>/patient_stats.npz n [P], sse [P], sst [P], corr [P, C, 5] (test split, for the bootstrap;
-                         raybench.sufficient_stats)
+                         raybench.core.sufficient_stats)
 <cell>/decoder_top.npz   columns [d, m], idx [m], firing_rate_val [N]
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from raybench.atomic import atomic_dir, write_json
+from raybench.core.atomic import atomic_dir, write_json
 from raybench.sae.evaluate import CellEval
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE
 

@@ -3,15 +3,15 @@
 A cell is one SAE (model, relative depth, expansion, seed, arm). Cells that differ only by seed form a
 *stack*: they share (d, N, k) and train together in one process; a Tune trial trains one or more stacks
 (ResourceConfig.trial_unit). The encoders' dimensions come from the activation store
-(raybench.encoders.store.ActivationStore.model_dims); the layer and k rules from raybench.protocol.
+(raybench.encoders.store.ActivationStore.model_dims); the layer and k rules from raybench.core.protocol.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from raybench.config import ModelDims, Protocol, k_for, layer_for_depth
-from raybench.protocol import Arm
+from raybench.core.config import ModelDims, Protocol, k_for, layer_for_depth
+from raybench.core.protocol import Arm
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from raybench.config import RunConfig
-from raybench.paths import RunLayout
-from raybench.privacy import failure_text, is_credentialed
+from raybench.core.config import RunConfig
+from raybench.core.paths import RunLayout
+from raybench.core.privacy import failure_text, is_credentialed
 from raybench.sae.cell_files import load_cell_metrics
 from raybench.sae.cells import CellSpec
 from raybench.sae.provenance import cell_done, expected_provenance

@@ -15,7 +15,7 @@ import click
 @click.option("--max-concurrent", type=int, default=None, help="Cap on concurrent trials (0: as resources allow).")
 def train(config_path: str | None, run_dir: str | None, trial_gpus: float | None, max_concurrent: int | None) -> None:
     """Train every missing cell (450 primary + 90 sensitivity) and write tables/cells.parquet."""
-    from raybench.pipeline import stage_config, stamp_run
+    from raybench.core.run_state import stage_config, stamp_run
     from raybench.sae.stage import check_trainable, train_run, with_trial_resources
 
     cfg = with_trial_resources(stage_config(run_dir, config_path), trial_gpus, max_concurrent)

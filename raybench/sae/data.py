@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from raybench.cohorts.split import SPLITS
-from raybench.config import EvalProtocol
-from raybench.protocol import check_choices
+from raybench.core.config import EvalProtocol
+from raybench.core.protocol import check_choices
 
 if TYPE_CHECKING:
     from raybench.cohorts.manifest import ManifestInfo
@@ -106,8 +106,8 @@ def evaluation_test_patients(manifest: pd.DataFrame, info: ManifestInfo, eval_cf
 def load_cell_data(run_root: str | Path, model: str, layer: int, eval_cfg: EvalProtocol) -> CellData:
     """Align the activation store of (model, layer) with the manifest rows it holds."""
     from raybench.cohorts.manifest import load_manifest
+    from raybench.core.paths import RunLayout
     from raybench.encoders.store import ActivationStore
-    from raybench.paths import RunLayout
 
     layout = RunLayout.at(run_root)
     manifest, info = load_manifest(layout.manifest)

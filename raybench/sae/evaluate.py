@@ -15,9 +15,9 @@ import scipy.sparse as sp
 import torch
 
 from raybench.cohorts.split import SPLITS
-from raybench.config import EvalProtocol
+from raybench.core.config import EvalProtocol
+from raybench.core.sufficient_stats import paired_corr, patient_stats, pearson_from_sums
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE
-from raybench.sufficient_stats import paired_corr, patient_stats, pearson_from_sums
 
 
 @dataclass

@@ -18,12 +18,12 @@ import os
 
 import pandas as pd
 
-from raybench.atomic import write_table
-from raybench.config import ModelDims, RunConfig, to_dict
+from raybench.core.atomic import write_table
+from raybench.core.config import ModelDims, RunConfig, to_dict
+from raybench.core.paths import RunLayout
+from raybench.core.privacy import failure_text, is_credentialed
 from raybench.encoders.store import ActivationStore
-from raybench.paths import RunLayout
-from raybench.privacy import failure_text, is_credentialed
-from raybench.resources import resolve_reuse_trial_processes, run_trial_gpus
+from raybench.infra.resources import resolve_reuse_trial_processes, run_trial_gpus
 from raybench.sae.cells import CellSpec, build_cells, group_trials
 from raybench.sae.cells_table import collect_cells_table
 from raybench.sae.grid_progress import GridProgress, progress_callback
@@ -46,9 +46,9 @@ def run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None = None, *, fail_o
     With `remote_uri` (an s3:// run folder mirrored at cfg.run_dir) trials on any node fetch their
     activation store from it and upload each finished cell, and Tune keeps its state there too.
     Two drivers on one run folder would replace each other's cells: the run's lock refuses the second
-    (raybench.run_lock; `raybench grid` already holds it).
+    (raybench.infra.run_lock; `raybench grid` already holds it).
     """
-    from raybench.run_lock import run_lock
+    from raybench.infra.run_lock import run_lock
 
     with run_lock(remote_uri or cfg.run_dir, "train"):
         return _run_grid(cfg, dims, fail_once_dir=fail_once_dir, only_models=only_models, verbose=verbose,
@@ -59,7 +59,7 @@ def _run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None, *, fail_once_di
               only_models: tuple[str, ...] | None, verbose: int, remote_uri: str | None,
               hold_dir: str | None) -> pd.DataFrame:
     """run_grid under the run's lock."""
-    from raybench.ray_session import init_ray
+    from raybench.infra.ray_session import init_ray
 
     init_ray(cfg.resources)
     layout = RunLayout.at(cfg.run_dir)
@@ -76,11 +76,11 @@ def _run_grid(cfg: RunConfig, dims: dict[str, ModelDims] | None, *, fail_once_di
     pending = {key: stacks for key, stacks in trials.items()
                if not all(cell_done(layout, expect, c) for s in stacks for c in s)}
     shown = GridProgress.of(len(cells), pending, lambda c: cell_done(layout, expect, c),
-                            credentialed=is_credentialed(cfg))  # the run's live display (raybench.progress)
+                            credentialed=is_credentialed(cfg))  # the run's live display (raybench.infra.progress)
     if pending:
         errors = _fit(cfg, layout, pending, fail_once_dir, verbose, remote_uri, hold_dir, shown)
     if remote_uri:
-        from raybench.storage import sync_down
+        from raybench.infra.storage import sync_down
 
         sync_down(remote_uri, layout.root, "cells")
     table = collect_cells_table(cfg, cells, errors)
@@ -102,7 +102,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
     res = cfg.resources
     storage_fs = None  # pyarrow filesystem for s3:// (pyarrow alone ignores AWS_ENDPOINT_URL)
     if remote_uri:
-        from raybench.storage import arrow_filesystem
+        from raybench.infra.storage import arrow_filesystem
 
         storage_fs, storage = arrow_filesystem(f"{remote_uri.rstrip('/')}/tune")
     else:
@@ -111,7 +111,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
     base = f"{EXPERIMENT}-{cfg.config_hash()}"
     experiments = experiment_dirs(fs, storage, base)
     threads = max(1, int(res.trial_cpus))
-    gpus = run_trial_gpus(cfg, layout.root)  # trial_gpus, auto resolved against the cluster (raybench.resources)
+    gpus = run_trial_gpus(cfg, layout.root)  # trial_gpus, auto resolved against the cluster (raybench.infra.resources)
     trainable = tune.with_resources(train_cells_trial, {"cpu": res.trial_cpus, "gpu": gpus})
     wanted = {c.cell_id for stacks in pending.values() for s in stacks for c in s}
     resume_from = {key: path for key, path in earlier_checkpoints(fs, experiments).items()
@@ -152,7 +152,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
 
 
 def trial_errors(results, credentialed: bool) -> dict[str, str]:
-    """stack_id -> why its trial failed, as `raybench.privacy.failure_text` allows for the cohort (a credentialed
+    """stack_id -> why its trial failed, as `raybench.core.privacy.failure_text` allows for the cohort (a credentialed
     cohort's message can list record ids: only the exception type and a count are kept)."""
     errors = {}
     for r in results:

@@ -1,5 +1,5 @@
 """The train stage's live progress: a Tune callback in the driver that turns trial events into the grid's cell
-counts on the run's display (raybench.progress): cells done/total, failed and retrying trials, cells/min, ETA
+counts on the run's display (raybench.infra.progress): cells done/total, failed and retrying trials, cells/min, ETA
 and the slowest running trial. Trials report `cells_done` after each stack they save (raybench.sae.trial)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from ray.tune import Callback
 
-from raybench import progress
-from raybench.privacy import failure_text
+from raybench.core.privacy import failure_text
+from raybench.infra import progress
 from raybench.sae.cells import CellSpec
 
 KEY = "train"
@@ -150,7 +150,7 @@ def finish(grid: GridProgress, n_ok: int) -> None:
 
 def _first_line(trial, credentialed: bool = False) -> str:
     """The failure's last `Type: message` line (Tune keeps the whole traceback in the trial's error file); only
-    the type for a credentialed cohort (raybench.privacy)."""
+    the type for a credentialed cohort (raybench.core.privacy)."""
     path = getattr(trial, "error_file", None) or ""
     try:
         with open(path) as fh:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from raybench.protocol import SAEProtocol, Sampler, check_choices
+from raybench.core.protocol import SAEProtocol, Sampler, check_choices
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from raybench.core.paths import RunLayout
+from raybench.core.run_state import compatible_hashes
 from raybench.encoders.store import ActivationStore, StoreError
-from raybench.paths import RunLayout
-from raybench.run_changes import compatible_hashes
 from raybench.sae.cells import CellSpec
 
 
@@ -22,7 +22,7 @@ def cell_complete(cell_dir: Path, expect: dict[str, str] | None = None,
     """A cell folder exists only after its atomic rename, and metrics.json is in it.
 
     With `expect` (see `expected_provenance`) the cell must also record exactly those values, except that its
-    config_hash may also be one of `config_hashes` (the run's earlier hashes: raybench.run_changes).
+    config_hash may also be one of `config_hashes` (the run's earlier hashes: raybench.core.run_state).
     """
     path = cell_dir / "metrics.json"
     if not path.exists():
@@ -62,7 +62,7 @@ def expected_provenance(run_root: str | Path, config_hash: str,
 
 def cell_done(layout: RunLayout, expect: dict[str, dict[str, str] | None], cell: CellSpec) -> bool:
     """`cell` is complete and records what `expect` (expected_provenance) says it must; a cell trained before the
-    run's model list changed records an earlier, compatible config hash (raybench.run_changes)."""
+    run's model list changed records an earlier, compatible config hash (raybench.core.run_state)."""
     want = expect.get(cell.cell_id)
     if want is None:
         return False

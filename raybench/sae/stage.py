@@ -1,14 +1,14 @@
-"""The train stage of `raybench grid` (see raybench.stage): every SAE cell of the grid on Ray Tune, then the
+"""The train stage of `raybench grid` (see raybench.infra.stage): every SAE cell of the grid on Ray Tune, then the
 cells table."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from raybench.config import RunConfig
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
-from raybench.stage import Resources, Stage
+from raybench.core.config import RunConfig
+from raybench.core.errors import RaybenchError
+from raybench.core.paths import RunLayout
+from raybench.infra.stage import Resources, Stage
 
 
 class TrainError(RaybenchError, ValueError):
@@ -76,8 +76,8 @@ def train_summary(cfg: RunConfig, remote: str | None = None) -> str:
 
 def train_resources(cfg: RunConfig) -> Resources:
     """One trial: resources.trial_cpus and resources.trial_gpus (a fraction packs trials on one GPU; auto:
-    raybench.resources)."""
-    from raybench.resources import declared_gpus
+    raybench.infra.resources)."""
+    from raybench.infra.resources import declared_gpus
 
     return Resources(cpus=float(cfg.resources.trial_cpus), gpus=declared_gpus(cfg.resources.trial_gpus, cfg.resources))
 

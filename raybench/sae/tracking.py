@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from raybench.config import RunConfig
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
+from raybench.core.config import RunConfig
+from raybench.core.errors import RaybenchError
+from raybench.core.paths import RunLayout
 from raybench.sae.cells import CellSpec
 
 
@@ -72,7 +72,7 @@ def tracking_callbacks(cfg: RunConfig) -> list:
         callbacks.append(MLflowLoggerCallback(
             tracking_uri=uri, experiment_name=cfg.tracking.mlflow.experiment or f"raybench-{cfg.config_hash()}",
             tags={"raybench.config_hash": cfg.config_hash(), "raybench.version": raybench.__version__,
-                  "raybench.protocol": cfg.protocol.name}))
+                  "raybench.core.protocol": cfg.protocol.name}))
     return callbacks
 
 

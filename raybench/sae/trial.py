@@ -14,10 +14,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from raybench.atomic import write_json
-from raybench.config import Protocol, from_dict
+from raybench.core.atomic import write_json
+from raybench.core.config import Protocol, from_dict
+from raybench.core.paths import RunLayout
 from raybench.encoders.store import INDEX
-from raybench.paths import RunLayout
 from raybench.sae.cell_files import save_cell
 from raybench.sae.cells import CellSpec
 from raybench.sae.data import CellData, load_cell_data
@@ -40,7 +40,7 @@ def train_cells_trial(config: dict[str, Any]) -> None:
     protocol: Protocol = from_dict(Protocol, config["protocol"])
     stacks = [[CellSpec(**c) for c in stack] for stack in config["stacks"]]
     if remote:  # this node may not have the inputs (or other nodes' finished cells) yet
-        from raybench.storage import sync_down
+        from raybench.infra.storage import sync_down
 
         sync_down(remote, layout.root, "manifest")
         for cell in (c for stack in stacks for c in stack):
@@ -80,7 +80,7 @@ def train_cells_trial(config: dict[str, Any]) -> None:
                         remote, config.get("hold_dir"),
                         provenance=store_provenance, log_every=int(config.get("log_every", 0)))
         trained += len(todo)
-        # after every stack, so the driver's display counts cells as they are saved (raybench.progress)
+        # after every stack, so the driver's display counts cells as they are saved (raybench.infra.progress)
         tune.report({"cells_trained": trained, "cells_total": total, "cells_done": done_before + trained})
     if not todo_stacks:
         tune.report({"cells_trained": 0, "cells_total": total, "cells_done": total})
@@ -129,7 +129,7 @@ def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec],
         save_cell(layout.cell_dir(cell.cell_id), result.sae.single(i), {**asdict(cfgs[i]), **cell.to_dict()}, ev,
                   extra, normalizer=result.normalizer)
         if remote_uri:
-            from raybench.storage import sync_up
+            from raybench.infra.storage import sync_up
 
             sync_up(layout.root, remote_uri, f"cells/{cell.cell_id}")
         finals[cell.cell_id] = ev.metrics

@@ -103,7 +103,7 @@ def earlier_state(config: dict[str, Any], cell_ids: list[str]) -> dict | None:
     remote = config.get("remote_uri")
     try:
         if remote:
-            from raybench.storage import arrow_filesystem
+            from raybench.infra.storage import arrow_filesystem
 
             fs = arrow_filesystem(f"{remote.rstrip('/')}/tune").fs
         else:

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from fake_run import small_protocol, write_fake_run
 
 import raybench.analysis.stage as stage
-from raybench.cli import main
-from raybench.paths import RunLayout
+from raybench.app.cli import main
+from raybench.core.paths import RunLayout
 
 
 def _record_stage(monkeypatch) -> list[tuple[str, bool]]:
@@ -32,11 +32,11 @@ def _record_stage(monkeypatch) -> list[tuple[str, bool]]:
 
 
 def test_analyze_and_grid_both_run_the_one_analyze_stage(tmp_path, monkeypatch):
-    import raybench.pipeline as pl
-    import raybench.ray_session
+    import raybench.app.pipeline as pl
+    import raybench.infra.ray_session
 
     calls = _record_stage(monkeypatch)
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: None)
 
     # raybench analyze: the config comes from the run's run.yaml (no --config)
     ran = write_fake_run(tmp_path / "ran", small_protocol(), tables=("cells",))

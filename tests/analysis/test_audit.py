@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 from fake_run import write_fake_run
 
-from raybench.analysis.audit import audit_cells, cell_label, expected_cells, release_audit, run_protocol
-from raybench.config import GridProtocol, Protocol, demo_protocol
-from raybench.paths import RunLayout
+from raybench.analysis.audit import audit_cells, cell_label, expected_cells, release_audit
+from raybench.core.config import GridProtocol, Protocol, demo_protocol
+from raybench.core.paths import RunLayout
+from raybench.core.run_state import run_protocol
 
 
 def _tiny() -> Protocol:

@@ -11,7 +11,7 @@ from scipy.stats import pearsonr
 from raybench.analysis import bootstrap as bs
 from raybench.analysis import streams
 from raybench.analysis.packed_stats import StatsError, load_packed_stats
-from raybench.sufficient_stats import patient_stats
+from raybench.core.sufficient_stats import patient_stats
 
 THR = 0.2
 P, C, CELLS = 40, 4, 3
@@ -137,7 +137,7 @@ def test_in_place_abs_pearson_is_pearson_from_sums_bit_for_bit():
     """The bootstrap's buffer-reusing |r| equals |pearson_from_sums| exactly, zero-variance and dead cases included,
     with the concept side broadcast over cells as the bootstrap passes it."""
     from raybench.analysis.packed_stats import abs_pearson_inplace
-    from raybench.sufficient_stats import pearson_from_sums
+    from raybench.core.sufficient_stats import pearson_from_sums
 
     rng = np.random.default_rng(3)
     d, cells, c = 7, 5, 6

@@ -12,7 +12,7 @@ from fake_run import small_protocol, write_fake_run
 
 from raybench.analysis.figures import FIGURES, fig_forest_auc, fig_matched_scale_curves, make_figures
 from raybench.analysis.plotting import RC, error_bars, load_tables
-from raybench.paths import RunLayout
+from raybench.core.paths import RunLayout
 
 STEMS = {spec.stem for spec in FIGURES}
 

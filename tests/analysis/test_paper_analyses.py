@@ -15,7 +15,7 @@ from scipy.stats import kendalltau
 from raybench.analysis import paper_analyses as pa
 from raybench.analysis.completeness import IncompleteGridError, check_complete, grid_frame
 from raybench.analysis.stats import benjamini_hochberg
-from raybench.errors import USER_EXIT_CODE
+from raybench.core.errors import USER_EXIT_CODE
 
 # ---------------------------------------------------------------- pure functions
 
@@ -157,8 +157,8 @@ def test_incomplete_grid_refused_then_flagged(tmp_path, ray_cluster):
 
     from raybench.analysis.audit import cell_label
     from raybench.analysis.tables import analyze_run
-    from raybench.atomic import write_table
-    from raybench.paths import RunLayout
+    from raybench.core.atomic import write_table
+    from raybench.core.paths import RunLayout
 
     proto = _small_protocol()
     root = write_planted_run(tmp_path, proto, fail=(("st_mem", 0.5, 4, 1, "primary"),))
@@ -201,17 +201,17 @@ def test_incomplete_grid_refused_then_flagged(tmp_path, ray_cluster):
 def _fake_analysis(monkeypatch, analyze_run) -> None:
     """The analyze stage with `analyze_run` standing in for the tables, no secondary analyses and no Ray."""
     import raybench.analysis.stage as stage
-    import raybench.ray_session
+    import raybench.infra.ray_session
 
     monkeypatch.setattr(stage, "analyze_run", analyze_run)
     monkeypatch.setattr(stage, "run_secondary", lambda root, protocol, cfg: {})
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: None)
 
 
 def test_cli_refuses_incomplete_grid_and_passes_the_flag(tmp_path, monkeypatch):
     from fake_run import small_protocol, write_fake_run
 
-    from raybench.cli import main
+    from raybench.app.cli import main
 
     root = write_fake_run(tmp_path / "run", small_protocol(), tables=())
     seen = {}
@@ -234,8 +234,8 @@ def test_cli_refuses_incomplete_grid_and_passes_the_flag(tmp_path, monkeypatch):
 
 
 def test_grid_command_passes_allow_incomplete(monkeypatch):
-    import raybench.pipeline as pl
-    from raybench.cli import main
+    import raybench.app.pipeline as pl
+    from raybench.app.cli import main
 
     seen = {}
 
@@ -252,8 +252,8 @@ def test_grid_command_passes_allow_incomplete(monkeypatch):
 
 def test_pipeline_analyze_stage_refuses_with_a_user_error(tmp_path, monkeypatch):
     """`raybench grid`'s analyze stage refuses with a RaybenchError: one message naming the cell (exit code 2)."""
-    import raybench.pipeline as pl
-    from raybench.cli import main
+    import raybench.app.pipeline as pl
+    from raybench.app.cli import main
 
     calls = []
 
@@ -320,8 +320,8 @@ def test_small_run_has_the_new_tables_figures_and_sections(tmp_path, ray_cluster
     from raybench.analysis.figures import make_figures
     from raybench.analysis.report import render_report
     from raybench.analysis.tables import analyze_run
-    from raybench.atomic import write_table
-    from raybench.paths import RunLayout
+    from raybench.core.atomic import write_table
+    from raybench.core.paths import RunLayout
 
     proto = _small_protocol()
     root = write_planted_run(tmp_path / "run", proto)

@@ -17,10 +17,10 @@ from raybench.analysis import randomness as rnd
 from raybench.analysis import stats as st
 from raybench.analysis.metrics import reproducibility, trapezoid_auc
 from raybench.analysis.tables import analyze_run
-from raybench.atomic import read_json, write_json, write_table
-from raybench.config import EvalProtocol, GridProtocol, InferenceProtocol, Protocol
-from raybench.paths import RunLayout
-from raybench.sufficient_stats import patient_stats
+from raybench.core.atomic import read_json, write_json, write_table
+from raybench.core.config import EvalProtocol, GridProtocol, InferenceProtocol, Protocol
+from raybench.core.paths import RunLayout
+from raybench.core.sufficient_stats import patient_stats
 
 MODELS = ("csfm", "ecg_jepa")
 CONCEPTS = ["qrs_duration", "hr_ventricular", "t_amp_global"]
@@ -215,7 +215,7 @@ def test_randomness_json_holds_no_record_identifiers(analyzed):
 def test_secondary_seeds_are_saved(tmp_path):
     from raybench.analysis.secondary import SecondaryConfig
     from raybench.analysis.secondary.estimators import random_directions
-    from raybench.config import demo_protocol, paper_protocol
+    from raybench.core.config import demo_protocol, paper_protocol
 
     path = rnd.write_secondary_randomness(tmp_path, paper_protocol(), SecondaryConfig())
     rec = read_json(path)

@@ -15,9 +15,9 @@ from fake_run import small_protocol, write_fake_run
 from raybench.analysis.audit import cell_label
 from raybench.analysis.figures import FIGURES, make_figures
 from raybench.analysis.report import SECTIONS, render_report
-from raybench.atomic import write_table
-from raybench.cli import main
-from raybench.paths import RunLayout
+from raybench.app.cli import main
+from raybench.core.atomic import write_table
+from raybench.core.paths import RunLayout
 
 CORE = ["summary", "audit", "profiles", "contrasts", "curves", "depth", "concepts", "stability", "reproducibility",
         "atlas", "protocol", "provenance"]
@@ -176,9 +176,10 @@ def test_analyze_command_runs_every_stage(tmp_path, monkeypatch):
         return {"cells": None, "profiles": None}
 
     _fake_analysis(monkeypatch, analyze_run)
-    import raybench.ray_session
+    import raybench.infra.ray_session
 
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: calls.setdefault("ray", resources))
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray",
+                        lambda resources=None: calls.setdefault("ray", resources))
     res = CliRunner().invoke(main, ["analyze", "--run-dir", str(root), "--num-workers", "3", "--strict"])
     assert res.exit_code == 0, res.output
     assert calls["analyze"] == (root, small_protocol().grid.models, 3, "ptbxl") and "ray" in calls
@@ -190,7 +191,7 @@ def test_analyze_command_runs_every_stage(tmp_path, monkeypatch):
 
 def test_analyze_with_explicit_config(tmp_path, monkeypatch):
     """--config wins over run.yaml; the run folder comes from --run-dir."""
-    from raybench.config import demo_run, dump_run_config
+    from raybench.core.config import demo_run, dump_run_config
 
     root = tmp_path / "run"
     root.mkdir()
@@ -204,9 +205,9 @@ def test_analyze_with_explicit_config(tmp_path, monkeypatch):
         return {"cells": None}
 
     _fake_analysis(monkeypatch, analyze_run)
-    import raybench.ray_session
+    import raybench.infra.ray_session
 
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: None)
     res = CliRunner().invoke(main, ["analyze", "--run-dir", str(root), "--config", str(cfg_path)])
     assert res.exit_code == 0, res.output
     assert seen["models"] == small_protocol().grid.models
@@ -240,7 +241,7 @@ def test_credentials_in_config_uris_do_not_reach_the_report(tmp_path):
     """run.yaml keeps the URIs a rerun needs; report.html shows them without userinfo, query or fragment."""
     import yaml
 
-    from raybench.atomic import write_text
+    from raybench.core.atomic import write_text
 
     root = write_fake_run(tmp_path / "run", small_protocol(), tables=("cells",))
     path = RunLayout.at(root).run_yaml

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from raybench.analysis.tables import PUBLISHED, TABLE_COLUMNS, analyze_run
-from raybench.atomic import write_json, write_table
-from raybench.config import EvalProtocol, GridProtocol, InferenceProtocol, Protocol
-from raybench.paths import RunLayout
-from raybench.sufficient_stats import patient_stats
+from raybench.core.atomic import write_json, write_table
+from raybench.core.config import EvalProtocol, GridProtocol, InferenceProtocol, Protocol
+from raybench.core.paths import RunLayout
+from raybench.core.sufficient_stats import patient_stats
 
 MODELS = ("csfm", "ecg_jepa", "st_mem")
 SKILL = {"ecg_jepa": 0.9, "st_mem": 0.45, "csfm": 0.35}  # ecg_jepa planted best on every metric

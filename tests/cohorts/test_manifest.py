@@ -153,7 +153,7 @@ def test_not_a_synth_cohort(tmp_path):
 
 
 def test_cli_cohort_and_manifest(tmp_path):
-    from raybench.cli import main
+    from raybench.app.cli import main
 
     runner = CliRunner()
     for args in (["cohort", "--help"], ["cohort", "synth", "--help"], ["manifest", "--help"],

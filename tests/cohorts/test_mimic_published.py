@@ -31,9 +31,9 @@ from raybench.cohorts.mimic_tables import read_admissions, read_record_list
 from raybench.cohorts.panel import WAVEFORM_CONCEPTS
 from raybench.cohorts.split import mimic_split
 from raybench.cohorts.waveform_concepts import measure_signal
-from raybench.config import EvalProtocol
+from raybench.core.config import EvalProtocol
+from raybench.core.paths import RunLayout
 from raybench.encoders.store import ActivationStore
-from raybench.paths import RunLayout
 from raybench.sae.data import evaluation_test_patients, load_cell_data, missing_policy
 from raybench.sae.evaluate import SplitCodes, evaluate_cell, pearson_from_sums, select_coordinates
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE

@@ -143,7 +143,7 @@ def test_refuses_to_replace_a_folder_that_is_not_a_synthetic_cohort(tmp_path, mo
     """--out DIR used to rmtree DIR: a user's folder (or `--out .`) lost everything but the new cohort."""
     from click.testing import CliRunner
 
-    from raybench.cli import main
+    from raybench.app.cli import main
 
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from raybench.cohorts.waveforms import RecordError, read_record
-from raybench.config import EncoderConfig
+from raybench.core.config import EncoderConfig
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, freeze
 from raybench.encoders.extract import extract_activations, plain_loop_activations
 from raybench.encoders.loading import native_input

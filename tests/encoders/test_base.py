@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from raybench.config import MODELS
+from raybench.core.config import MODELS
 from raybench.encoders import base
 from raybench.encoders.base import ECGEncoder, EncoderSpec, available_encoders, build_encoder, register_encoder
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from safetensors.torch import save_file
 from test_hubert_ecg import TINY, fake_upstream_module, hubert_ecg_folder, training_checkpoint
 
-from raybench.cli import main
+from raybench.app.cli import main
 from raybench.encoders import checkpoint_cli
 from raybench.encoders.base import EncoderSpec, build_encoder
 

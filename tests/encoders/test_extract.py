@@ -16,7 +16,7 @@ import ray.cloudpickle
 import torch
 from torch import nn
 
-from raybench.config import MODELS, EncoderConfig
+from raybench.core.config import MODELS, EncoderConfig
 from raybench.encoders.base import ECGEncoder, EncoderSpec, freeze, register_encoder
 from raybench.encoders.extract import (
     ExtractionError,
@@ -280,7 +280,7 @@ def test_a_failed_pipeline_ends_its_actors_even_while_something_holds_them(ray_c
     """The driver kills its encoder actors when the pipeline fails (raybench.encoders.roster) instead of dropping
     its handles and hoping for a garbage collection: here another actor keeps a handle to the crashed encoder
     actor, and its CPU and GPU shares are still free again when extract_activations raises. A credentialed
-    cohort's failure text is withheld (raybench.privacy)."""
+    cohort's failure text is withheld (raybench.core.privacy)."""
     keeper = ray.remote(num_cpus=0)(Keeper).options(name=f"keeper-{tmp_path.name}").remote()
     manifest = write_cohort(tmp_path / "c", n=16, bad=False)
     flag = tmp_path / "fail-now"
@@ -514,7 +514,7 @@ def test_full_size_encoders_on_ptbxl_sample(ray_cluster, ptbxl_manifest_few, tmp
 def test_encode_cli_errors(tmp_path):
     from click.testing import CliRunner
 
-    from raybench.cli import main
+    from raybench.app.cli import main
 
     res = CliRunner().invoke(main, ["encode", "--run-dir", str(tmp_path)])
     assert res.exit_code != 0 and "no manifest at" in res.output and "raybench manifest" in res.output
@@ -528,7 +528,7 @@ def test_encode_cli_errors(tmp_path):
 def test_encode_cli_end_to_end(ray_cluster, tmp_path):
     from click.testing import CliRunner
 
-    from raybench.cli import main
+    from raybench.app.cli import main
 
     if not _registered("st_mem"):
         pytest.skip("st_mem not registered yet")
@@ -540,7 +540,7 @@ def test_encode_cli_end_to_end(ray_cluster, tmp_path):
     store = ActivationStore.for_run(run)
     layers = sorted(int(p.name.split("_")[1]) for p in store.model_dir("st_mem").glob("layer_*"))
     n_layers = store.index("st_mem", layers[0])["n_layers"]
-    from raybench.config import layer_for_depth
+    from raybench.core.config import layer_for_depth
 
     assert layers == sorted({layer_for_depth(q, n_layers) for q in (0.0, 0.25, 0.5, 0.75, 1.0)})
     res = CliRunner().invoke(main, args[:-1])

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from raybench.core.paths import RunLayout
 from raybench.encoders.store import ActivationStore, StoreError, store_bytes
-from raybench.paths import RunLayout
 
 
 def _write(store: ActivationStore, model="m", layer=2, d=8, capacity=None, rows=None, fingerprint="fp",
@@ -64,7 +64,7 @@ def test_roundtrip_layout_and_index(tmp_path):
 
 
 def test_the_store_answers_which_models_and_layers_it_holds(tmp_path):
-    from raybench.config import ModelDims
+    from raybench.core.config import ModelDims
 
     store = ActivationStore(tmp_path / "activations")
     assert store.models() == [] and store.layers("m") == [] and store.model_dims() == {}

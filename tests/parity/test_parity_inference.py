@@ -36,9 +36,9 @@ from raybench.analysis.metrics import (
 from raybench.analysis.packed_stats import pack_patient_stats
 from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import batch_topk_codes, random_directions
-from raybench.config import demo_protocol, paper_protocol
+from raybench.core.config import demo_protocol, paper_protocol
+from raybench.core.sufficient_stats import patient_stats
 from raybench.sae import data as sae_data
-from raybench.sufficient_stats import patient_stats
 
 HERE = Path(__file__).resolve().parent
 SEED = 20260714

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from raybench.config import EvalProtocol, SAEProtocol, demo_protocol, paper_protocol, paper_run
+from raybench.core.config import EvalProtocol, SAEProtocol, demo_protocol, paper_protocol, paper_run
 from raybench.sae.data import selection_ecg_ids
 from raybench.sae.evaluate import SplitCodes, argmax_abs_lowest, select_coordinates
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
@@ -78,8 +78,8 @@ def test_config_cli_prints_the_presets(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-    from raybench.cli_config import config
-    from raybench.config import RUN_PRESETS, load_run_config
+    from raybench.app.cli_config import config
+    from raybench.core.config import RUN_PRESETS, load_run_config
 
     out = {}
     for preset in ("paper", "paper-native"):
@@ -189,7 +189,7 @@ def test_clip_is_a_no_op_at_the_published_threshold(traj, meta):
 
 
 def test_sampler_and_clip_config_are_validated():
-    from raybench.config import ConfigError
+    from raybench.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="sae.sampler"):
         SAEProtocol(sampler="shuffle").validate()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from raybench.config import MODELS, ModelDims, audited_depths, audited_layers, paper_protocol
+from raybench.core.config import MODELS, ModelDims, audited_depths, audited_layers, paper_protocol
 from raybench.sae.cells import build_cells, group_stacks
 
 

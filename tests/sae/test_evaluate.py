@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.stats import pearsonr
 
-from raybench.config import EvalProtocol
+from raybench.core.config import EvalProtocol
 from raybench.sae.cell_files import CELL_FILES, load_cell_metrics, load_cell_sae, save_cell
 from raybench.sae.evaluate import encode_split, evaluate_cell, pearson_from_sums
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE

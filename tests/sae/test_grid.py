@@ -8,7 +8,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from raybench.paths import RunLayout
+from raybench.core.paths import RunLayout
 from raybench.sae.cells_table import CELLS_TABLE_COLUMNS
 from raybench.sae.grid import run_grid
 from tests.small_run import build_encoded_run, small_config

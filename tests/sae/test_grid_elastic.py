@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # when run as the scenario driver script
     sys.path.insert(0, str(ROOT))
 
-from raybench.config import RunConfig, dump_run_config  # noqa: E402
-from raybench.paths import RunLayout  # noqa: E402
+from raybench.core.config import RunConfig, dump_run_config  # noqa: E402
+from raybench.core.paths import RunLayout  # noqa: E402
 from tests.small_run import build_encoded_run, small_config  # noqa: E402
 
 METRICS = ["cell_id", "status", "val_r2", "test_r2", "val_dead_fraction", "val_mean_l0", "gate_pass",
@@ -219,7 +219,7 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(dump_run_config(cfg))
     # up to train: the claim is about training (analyze after a resume is the same stage as ever, and costs here)
-    cmd = [sys.executable, "-m", "raybench.cli", "grid", "--config", str(cfg_path), "--until", "train"]
+    cmd = [sys.executable, "-m", "raybench.app.cli", "grid", "--config", str(cfg_path), "--until", "train"]
     env = ray_env()
 
     t0 = time.perf_counter()
@@ -304,7 +304,7 @@ def _grid_cli(run_dir: str, tmp_path: Path, preexec=None, env: dict | None = Non
     cfg = small_config(tmp_path / "unused", models=("csfm",))
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(dump_run_config(cfg))
-    return subprocess.run([sys.executable, "-m", "raybench.cli", "grid", "--config", str(cfg_path), "--run-dir",
+    return subprocess.run([sys.executable, "-m", "raybench.app.cli", "grid", "--config", str(cfg_path), "--run-dir",
                            run_dir], cwd=ROOT, env=ray_env(env), capture_output=True,
                           text=True, timeout=120, preexec_fn=preexec)
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from ray.tune import Callback
 
-from raybench import progress
+from raybench.infra import progress
 from raybench.sae.cells import CellSpec
 from raybench.sae.grid_progress import GridProgress, finish, progress_callback
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from raybench.config import SAEProtocol
+from raybench.core.config import SAEProtocol
 from raybench.sae.model import (
     Normalizer,
     SAECellConfig,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import yaml
 
-from raybench.config import MLflowConfig, TrackingConfig, load_run_config
-from raybench.paths import RunLayout
+from raybench.core.config import MLflowConfig, TrackingConfig, load_run_config
+from raybench.core.paths import RunLayout
 from raybench.sae.cells import CellSpec
 from raybench.sae.tracking import curve_report, final_report
 from tests.small_run import build_encoded_run, small_config
@@ -54,7 +54,7 @@ def test_reports_key_each_cell_and_keep_numeric_final_metrics():
 
 
 def test_train_stack_logs_window_means_and_the_dead_fraction():
-    from raybench.protocol import SAEProtocol
+    from raybench.core.protocol import SAEProtocol
     from raybench.sae.model import SAECellConfig
     from raybench.sae.train import train_stack
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from raybench.errors import RaybenchError
+from raybench.core.errors import RaybenchError
 
 
 class FeaturesOutError(RaybenchError):
@@ -48,7 +48,6 @@ def features(run_dir: str, model: str, concept: str, out: str | None, fmt: str, 
              depth: float | None, seed: int | None) -> None:
     """Draw the dashboard of one concept's selected latent: top, median and zero-activation test records on ECG
     paper, the activation histogram and the scatter against the concept with r."""
-    from raybench.analysis.audit import read_run_yaml, run_protocol
     from raybench.analysis.features.dashboards import Choice, FeaturesError, model_view
     from raybench.analysis.features.render import (
         dashboard_figure,
@@ -57,7 +56,8 @@ def features(run_dir: str, model: str, concept: str, out: str | None, fmt: str, 
         safe_name,
         save_figure_file,
     )
-    from raybench.privacy import is_credentialed
+    from raybench.core.privacy import is_credentialed
+    from raybench.core.run_state import read_run_yaml, run_protocol
 
     root = Path(run_dir)
     raw = read_run_yaml(root)

@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from raybench.config import FeaturesConfig, Protocol
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
-from raybench.sufficient_stats import paired_corr, pearson_from_sums
+from raybench.core.config import FeaturesConfig, Protocol
+from raybench.core.errors import RaybenchError
+from raybench.core.paths import RunLayout
+from raybench.core.sufficient_stats import paired_corr, pearson_from_sums
 
 
 class FeaturesError(RaybenchError, ValueError):

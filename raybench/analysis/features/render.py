@@ -7,7 +7,7 @@
     records/<ecg_id>.png    each drawn test record once, on the ECG paper grid (shared by every dashboard)
     <model>/<concept>.png   activation histogram and activation-vs-concept scatter with r
 
-Record images are record-level: for credentialed cohorts (raybench.privacy; MIMIC-IV-ECG) nothing is written
+Record images are record-level: for credentialed cohorts (raybench.core.privacy; MIMIC-IV-ECG) nothing is written
 into the run folder, whatever `features.enabled` says; `raybench features --out DIR` draws single dashboards
 into a local folder outside the run folder instead (cli.py), and `raybench export` never copies this folder for
 such a run. `dashboard_figure` draws one complete dashboard (the command's PNG/SVG).
@@ -33,10 +33,10 @@ from raybench.analysis.features.dashboards import Choice, ConceptView, ModelView
 from raybench.analysis.features.ecg_paper import PaperCanvas, draw_ecg, paper_size_mm, quantized_png
 from raybench.analysis.plotting import METADATA, RC, model_label
 from raybench.analysis.shared_jobs import run_jobs
-from raybench.atomic import atomic_dir
-from raybench.config import FeaturesConfig, Protocol
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
+from raybench.core.atomic import atomic_dir
+from raybench.core.config import FeaturesConfig, Protocol
+from raybench.core.errors import RaybenchError
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,8 @@ def record_loader(root: str | Path) -> Loader:
 
 def features_config(raw: dict[str, Any] | None) -> FeaturesConfig:
     """The run's `features:` section (run.yaml), defaults when absent."""
-    from raybench.analysis.audit import run_section
-    from raybench.config import from_dict
+    from raybench.core.config import from_dict
+    from raybench.core.run_state import run_section
 
     section = run_section(raw, "features")
     cfg = from_dict(FeaturesConfig, section, "features") if section else FeaturesConfig()
@@ -194,7 +194,7 @@ def dashboard_figure(view: ModelView, concept: str, load: Loader) -> Figure:
 
 def save_figure_file(fig: Figure, path: Path, fmt: str, dpi: int = 100) -> Path:
     """Save with raybench's deterministic metadata (PNG or SVG)."""
-    from raybench.atomic import atomic_path
+    from raybench.core.atomic import atomic_path
 
     FigureCanvasAgg(fig)
     with matplotlib.rc_context(RC), atomic_path(path) as tmp:
@@ -206,7 +206,7 @@ def save_figure_file(fig: Figure, path: Path, fmt: str, dpi: int = 100) -> Path:
 
 def dashboards_enabled(raw: dict[str, Any] | None) -> tuple[bool, str]:
     """Whether the analyze stage renders dashboards into the run folder, and why not."""
-    from raybench.privacy import is_credentialed
+    from raybench.core.privacy import is_credentialed
 
     cfg = features_config(raw)
     if is_credentialed(raw or {}):
@@ -227,7 +227,7 @@ def write_dashboards(root: str | Path, protocol: Protocol | None = None, paralle
     `parallel` None) or `parallel` is True; serially here otherwise (`raybench report`).
     An image whose inputs hash to the stamp index.json recorded for it last time is copied from the old folder
     instead of drawn again."""
-    from raybench.analysis.audit import read_run_yaml, run_protocol
+    from raybench.core.run_state import read_run_yaml, run_protocol
 
     layout = RunLayout.at(root)
     out_dir = layout.dashboards_dir

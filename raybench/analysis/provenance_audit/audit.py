@@ -14,7 +14,7 @@ from raybench.analysis.provenance_audit import probes as pr
 from raybench.analysis.provenance_audit import regimes as rg
 from raybench.analysis.provenance_audit.fold import FoldStats, combine, fold_stats
 from raybench.analysis.provenance_audit.verdict import NOT_AUDITED, Removal, decide, removal_verdict
-from raybench.config import ProvenanceConfig
+from raybench.core.config import ProvenanceConfig
 
 SPLITS = ("train", "val", "test")
 MIN_CLASS_RECORDS = 2  # records of each target class a provenance group needs in train and in test

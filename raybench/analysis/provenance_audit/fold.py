@@ -18,7 +18,7 @@ from raybench.analysis.provenance_audit import intervene as iv
 from raybench.analysis.provenance_audit import probes as pr
 from raybench.analysis.provenance_audit import regimes as rg
 from raybench.analysis.provenance_audit import stress as st
-from raybench.config import ProvenanceConfig
+from raybench.core.config import ProvenanceConfig
 
 Estimate = tuple[float, np.ndarray]  # (point, draws [B])
 

@@ -7,7 +7,7 @@ target, patients), audits every provenance variable (audit.run_audit) and, when 
 cell of that model x depth (E = eval.calibration_expansion, lowest seed), scores its SAE latents
 (features.py). Writes tables/provenance_{recover,stress,controls,verdicts,gates,features}.parquet (+ .csv) and
 the figures (figures.py); a variable that fails is a verdict row "failed" with a persistable reason (for a
-credentialed cohort only the exception type: raybench.privacy). Every output is aggregate.
+credentialed cohort only the exception type: raybench.core.privacy). Every output is aggregate.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raybench.config import ProvenanceConfig, RunConfig
-from raybench.errors import RaybenchError
+from raybench.core.config import ProvenanceConfig, RunConfig
+from raybench.core.errors import RaybenchError
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,9 @@ def audit_block(root: str, model: str, q: float, layer: int, pcfg: ProvenanceCon
     from raybench.analysis.provenance_audit.metadata import ptbxl_metadata, variable_labels
     from raybench.cohorts.diagnostics import target_labels
     from raybench.cohorts.manifest import load_manifest
+    from raybench.core.paths import RunLayout
+    from raybench.core.privacy import failure_text
     from raybench.encoders.store import ActivationStore
-    from raybench.paths import RunLayout
-    from raybench.privacy import failure_text
 
     layout = RunLayout.at(root)
     manifest, info = load_manifest(layout.manifest)
@@ -152,9 +152,9 @@ def _features(root: str, model: str, layer: int, cell_dir: str, u: dict[str, np.
 
 def blocks(root: Path, cfg: RunConfig) -> list[tuple[str, float, int, str | None]]:
     """(model, q, layer, calibration cell folder or None) of every model with activations x primary depth."""
+    from raybench.core.paths import RunLayout
+    from raybench.core.protocol import layer_for_depth
     from raybench.encoders.store import ActivationStore
-    from raybench.paths import RunLayout
-    from raybench.protocol import layer_for_depth
 
     layout = RunLayout.at(root)
     store = ActivationStore(layout.activations_dir)
@@ -184,10 +184,10 @@ def run_provenance(root: str | Path, cfg: RunConfig) -> dict[str, pd.DataFrame]:
     import ray
 
     from raybench.analysis.provenance_audit.figures import make_provenance_figures
-    from raybench.atomic import write_table
-    from raybench.paths import RunLayout
-    from raybench.privacy import is_credentialed
-    from raybench.ray_session import init_ray
+    from raybench.core.atomic import write_table
+    from raybench.core.paths import RunLayout
+    from raybench.core.privacy import is_credentialed
+    from raybench.infra.ray_session import init_ray
 
     t0 = time.perf_counter()
     layout = RunLayout.at(root)

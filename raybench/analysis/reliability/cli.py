@@ -12,11 +12,11 @@ import click
 def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None:
     """How far each metric can be trusted: reseeds, seed variance, ground truth, training curves, verdicts; then
     re-render report.html."""
-    from raybench import ray_session
     from raybench.analysis.analyze_stage import local_run_dir
     from raybench.analysis.cli import resolve_config
     from raybench.analysis.reliability.run import run_reliability
     from raybench.analysis.report import render_report
+    from raybench.infra import ray_session
 
     root = local_run_dir(run_dir)
     cfg = resolve_config(run_dir, None)

@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from raybench.analysis.plotting import RC, load_tables, panel_grid, save_figure
-from raybench.paths import RunLayout
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 

@@ -102,7 +102,7 @@ def profile_intervals(root, protocol, num_workers: int | None = None) -> pd.Data
     from raybench.analysis.packed_stats import METRIC_NAMES, load_packed_stats
     from raybench.analysis.run_inputs import read_cells, read_concepts, rounded_q, select_ok
     from raybench.analysis.summary_weights import depth_auc_weights, profile_weights
-    from raybench.paths import RunLayout
+    from raybench.core.paths import RunLayout
 
     layout = RunLayout.at(root)
     inf, ev = protocol.inference, protocol.eval
@@ -137,7 +137,7 @@ def profile_intervals(root, protocol, num_workers: int | None = None) -> pd.Data
 def _jackknife(stats) -> np.ndarray:
     """Leave-one-patient-out values [P_active, cells, 3]: weights 1 - e_i over the patients with records."""
     from raybench.analysis.packed_stats import CONSTANT_RTOL_F32, metrics_from_weighted
-    from raybench.sufficient_stats import CONSTANT_RTOL
+    from raybench.core.sufficient_stats import CONSTANT_RTOL
 
     active = np.ones(stats.n_patients, bool) if stats.active is None else np.asarray(stats.active, bool)
     idx = np.flatnonzero(active)

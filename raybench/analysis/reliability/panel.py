@@ -23,7 +23,7 @@ from raybench.analysis.bootstrap import run_bounded
 from raybench.analysis.metrics import reproducibility
 from raybench.analysis.reliability.ground_truth import SyntheticSpec, synthetic_data, variant_spec
 from raybench.analysis.reliability.panel_score import oracle_scores, score_stack, splits, tasks
-from raybench.config import EvalProtocol, SAEProtocol
+from raybench.core.config import EvalProtocol, SAEProtocol
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
 from raybench.sae.train import train_stack
 

@@ -18,10 +18,10 @@ from raybench.analysis.reliability.ground_truth import (
     gt_mcc,
     truth_in_normalized_space,
 )
-from raybench.config import EvalProtocol
+from raybench.core.config import EvalProtocol
+from raybench.core.sufficient_stats import paired_corr
 from raybench.sae.evaluate import SplitCodes, encode_split, evaluate_cell, select_coordinates
 from raybench.sae.model import Normalizer, StackedBatchTopKSAE
-from raybench.sufficient_stats import paired_corr
 
 TASK_METRICS = ("accessibility", "coverage", "accessibility_out", "coverage_out")
 

@@ -23,8 +23,8 @@ import torch
 
 from raybench.analysis.bootstrap import run_bounded
 from raybench.analysis.metrics import reproducibility
-from raybench.config import Protocol
-from raybench.paths import RunLayout
+from raybench.core.config import Protocol
+from raybench.core.paths import RunLayout
 
 COLUMNS = ["source", "model", "q", "expansion", "seed", "reseed", "metric", "value"]
 CELL_COLUMNS = ["source", "metric", "model", "q", "expansion", "seed", "drawn", "n", "mean", "s", "cv", "mrd_1",

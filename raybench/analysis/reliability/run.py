@@ -26,8 +26,8 @@ from raybench.analysis.reliability import evidence, intervals, seeds, variance
 from raybench.analysis.reliability.criteria import CRITERIA, assess
 from raybench.analysis.reliability.mrd import mrd
 from raybench.analysis.reliability.verdicts import verdict_from
-from raybench.atomic import read_json, write_json, write_table
-from raybench.paths import RunLayout
+from raybench.core.atomic import read_json, write_json, write_table
+from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 

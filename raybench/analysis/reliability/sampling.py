@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from raybench.config import Protocol
+from raybench.core.config import Protocol
 
 
 def sample_points(protocol: Protocol, n_points: int) -> list[tuple[float, int]]:

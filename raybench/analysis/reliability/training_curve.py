@@ -21,7 +21,7 @@ import torch
 from raybench.analysis.bootstrap import run_bounded
 from raybench.analysis.metrics import reproducibility
 from raybench.analysis.reliability.panel import PANEL_METRICS
-from raybench.config import Protocol
+from raybench.core.config import Protocol
 from raybench.sae.cell_files import load_cell_sae
 from raybench.sae.data import load_cell_data
 from raybench.sae.evaluate import evaluate_cell

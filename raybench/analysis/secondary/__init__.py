@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from raybench.config import Protocol
+from raybench.core.config import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ ANALYSES = ("calibration", "harmonization", "intervention")
 
 @dataclass(frozen=True)
 class SecondaryConfig:
-    """Settings of the secondary analyses that raybench.config does not hold (protocol defaults).
+    """Settings of the secondary analyses that raybench.core.config does not hold (protocol defaults).
 
     None for draws / seeds means "take protocol.inference's" so the secondary bootstraps reuse the run's
     patient draws.
@@ -94,7 +94,7 @@ class SecondaryConfig:
 
 def calibration_cells(root: str | Path, protocol: Protocol, expansion: int | None = None) -> pd.DataFrame:
     """Primary-arm cells at the calibration expansion with status ok (model, q, layer, n_layers, seed, cell_dir)."""
-    from raybench.paths import RunLayout
+    from raybench.core.paths import RunLayout
 
     layout = RunLayout.at(root)
     if not layout.cells_table.exists():

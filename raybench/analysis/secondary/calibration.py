@@ -33,8 +33,8 @@ from raybench.analysis.secondary.estimators import (
 )
 from raybench.analysis.secondary.ridge import gram_stats, ridge_fit, ridge_predict, ridge_solve, topm_ridge_test_r
 from raybench.cohorts.panel import concept_families
-from raybench.config import EvalProtocol, Protocol
-from raybench.sufficient_stats import paired_corr
+from raybench.core.config import EvalProtocol, Protocol
+from raybench.core.sufficient_stats import paired_corr
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,8 @@ def run_calibration(root: str | Path, protocol: Protocol, scfg: SecondaryConfig)
     import ray
 
     from raybench.analysis.secondary import calibration_cells
-    from raybench.atomic import write_table
-    from raybench.paths import RunLayout
+    from raybench.core.atomic import write_table
+    from raybench.core.paths import RunLayout
 
     layout = RunLayout.at(root)
     cells = calibration_cells(root, protocol)

@@ -1,7 +1,7 @@
 """Pure estimators of the secondary analyses (docs/protocol.md §9): feature-concept correlations and
 single-coordinate readouts, random dictionaries, linear CKA, the input-harmonization transforms and the
 patient bootstrap of paired correlations. Ridge readouts are in ridge.py, the matched-effect interventions
-in matched_effect.py; Pearson r from sums and per-patient sums are raybench.sufficient_stats'.
+in matched_effect.py; Pearson r from sums and per-patient sums are raybench.core.sufficient_stats'.
 
 Everything here is numpy/scipy (torch only for BatchTopK) and independent of the run folder, so each
 piece is checked against an independent formula in tests/analysis/secondary/test_estimators.py.
@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from raybench.analysis.streams import patient_draws
 from raybench.cohorts.waveforms import LEADS
-from raybench.sufficient_stats import paired_corr, pearson_from_parts, pearson_from_sums
+from raybench.core.sufficient_stats import paired_corr, pearson_from_parts, pearson_from_sums
 
 if TYPE_CHECKING:
     from raybench.sae.model import Normalizer, StackedBatchTopKSAE

@@ -36,10 +36,10 @@ from raybench.analysis.secondary.estimators import (
     temporal_harmonize,
 )
 from raybench.cohorts.panel import concept_families
-from raybench.sufficient_stats import patient_stats
+from raybench.core.sufficient_stats import patient_stats
 
 if TYPE_CHECKING:
-    from raybench.config import Protocol, RunConfig
+    from raybench.core.config import Protocol, RunConfig
     from raybench.encoders.base import ECGEncoder, EncoderSpec
 
 log = logging.getLogger(__name__)
@@ -214,11 +214,11 @@ def run_harmonization(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg
     """Re-encode the final layer under each protocol (cached), then write the harmonization tables + figure."""
     import ray
 
-    from raybench.atomic import atomic_path, write_table
     from raybench.cohorts.manifest import load_manifest
+    from raybench.core.atomic import atomic_path, write_table
+    from raybench.core.paths import RunLayout
     from raybench.encoders.base import EncoderSpec
     from raybench.encoders.store import ActivationStore, StoreError
-    from raybench.paths import RunLayout
     from raybench.sae.data import selection_ecg_ids
 
     layout = RunLayout.at(root)

@@ -42,8 +42,8 @@ from raybench.analysis.secondary.matched_effect import (
 )
 from raybench.analysis.secondary.ridge import ridge_readout
 from raybench.cohorts.panel import concept_families
-from raybench.config import EvalProtocol, Protocol
-from raybench.sufficient_stats import per_patient_sums
+from raybench.core.config import EvalProtocol, Protocol
+from raybench.core.sufficient_stats import per_patient_sums
 
 log = logging.getLogger(__name__)
 
@@ -202,8 +202,8 @@ def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig
 
     from raybench.analysis.secondary import calibration_cells
     from raybench.analysis.stats import benjamini_hochberg
-    from raybench.atomic import write_table
-    from raybench.paths import RunLayout
+    from raybench.core.atomic import write_table
+    from raybench.core.paths import RunLayout
     from raybench.sae.data import evaluation_test_patients
 
     layout = RunLayout.at(root)

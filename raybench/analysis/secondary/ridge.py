@@ -14,7 +14,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 
 from raybench.analysis.secondary.estimators import Matrix, column_sums, gather_columns
-from raybench.sufficient_stats import paired_corr
+from raybench.core.sufficient_stats import paired_corr
 
 SCALE_TINY = 10 * np.finfo(np.float64).eps  # sklearn's StandardScaler: a std this small counts as constant
 

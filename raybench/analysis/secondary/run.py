@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from raybench.analysis.secondary import SecondaryConfig
-from raybench.config import Protocol, RunConfig
+from raybench.core.config import Protocol, RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def run_secondary(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg: Se
     from raybench.analysis.secondary.calibration import run_calibration
     from raybench.analysis.secondary.harmonization import run_harmonization
     from raybench.analysis.secondary.intervention import run_intervention
-    from raybench.ray_session import init_ray
+    from raybench.infra.ray_session import init_ray
 
     if scfg is None:
         scfg = SecondaryConfig.demo() if protocol.name == "demo" else SecondaryConfig()
@@ -89,11 +89,11 @@ def failure_text(err: BaseException, cfg: RunConfig | None = None) -> str:
     """The one place failure text is made before it is logged or persisted (tables/secondary_failures.json,
     then audit.json and report.html): `Type: last line of the message`, cut to REASON_LIMIT characters.
 
-    `cfg` is the run's config: for credentialed cohorts (raybench.privacy) only the exception type and a count
+    `cfg` is the run's config: for credentialed cohorts (raybench.core.privacy) only the exception type and a count
     of identifier-like values are kept, never the message.
     """
-    from raybench.privacy import failure_text as persistable_text
-    from raybench.privacy import is_credentialed
+    from raybench.core.privacy import failure_text as persistable_text
+    from raybench.core.privacy import is_credentialed
 
     if cfg is not None and is_credentialed(cfg):
         return persistable_text(err, True)
@@ -107,7 +107,7 @@ def failure_record(name: str, err: BaseException, cfg: RunConfig | None = None) 
 
 
 def failures_path(root: str | Path) -> Path:
-    from raybench.paths import RunLayout
+    from raybench.core.paths import RunLayout
 
     return RunLayout.at(root).tables_dir / FAILURES_FILE
 
@@ -128,7 +128,7 @@ def read_failures(root: str | Path) -> list[dict[str, Any]]:
 
 
 def _write_failures(root: str | Path, failures: list[dict[str, str]]) -> None:
-    from raybench.atomic import write_json
+    from raybench.core.atomic import write_json
 
     write_json(failures_path(root), {"failures": failures})
 
@@ -136,7 +136,7 @@ def _write_failures(root: str | Path, failures: list[dict[str, str]]) -> None:
 def outputs(root: str | Path, name: str) -> list[Path]:
     """The tables and figures analysis `name` writes (tables/<name>*.parquet|csv, figures/<name>*.png|svg);
     the same prefixes the report's sections show."""
-    from raybench.paths import RunLayout
+    from raybench.core.paths import RunLayout
 
     layout = RunLayout.at(root)
     found = []

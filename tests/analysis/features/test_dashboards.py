@@ -14,7 +14,7 @@ from raybench.analysis.features.dashboards import (
     pick_records,
     unexplained_latents,
 )
-from raybench.config import FeaturesConfig, demo_protocol
+from raybench.core.config import FeaturesConfig, demo_protocol
 
 
 def test_choice_defaults_to_the_calibration_cell_and_takes_overrides():

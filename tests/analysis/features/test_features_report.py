@@ -25,10 +25,10 @@ import raybench.analysis.features.render as render
 from raybench.analysis.features.cli import FeaturesOutError, out_folder
 from raybench.analysis.features.dashboards import ConceptView, ModelView, Pick, pick_records, unexplained_latents
 from raybench.analysis.report import render_report
-from raybench.atomic import write_table, write_text
-from raybench.cli import main
-from raybench.export import ExportError, export_run, report_links
-from raybench.paths import RunLayout
+from raybench.app.cli import main
+from raybench.app.export import ExportError, export_run, report_links
+from raybench.core.atomic import write_table, write_text
+from raybench.core.paths import RunLayout
 
 CONCEPTS = ("qrs_duration", "qt_interval", "r_amp_limb")
 

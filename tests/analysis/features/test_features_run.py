@@ -13,10 +13,10 @@ import torch
 
 from raybench.analysis.features.dashboards import Choice, model_view
 from raybench.analysis.features.render import read_index, write_dashboards
-from raybench.atomic import write_text
-from raybench.config import FeaturesConfig, dump_run_config
-from raybench.export_formats import FormatExportError, export_cells, threshold_codes
-from raybench.paths import RunLayout
+from raybench.app.export_formats import FormatExportError, export_cells, threshold_codes
+from raybench.core.atomic import write_text
+from raybench.core.config import FeaturesConfig, dump_run_config
+from raybench.core.paths import RunLayout
 from raybench.sae.cell_files import load_cell_metrics, load_cell_sae
 from raybench.sae.data import load_cell_data
 

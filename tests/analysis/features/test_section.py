@@ -10,7 +10,7 @@ import json
 from raybench.analysis.features.render import INDEX
 from raybench.analysis.features.section import features_body
 from raybench.analysis.report_sections import Context
-from raybench.paths import RunLayout
+from raybench.core.paths import RunLayout
 
 EVIL = "<img src=x onerror=alert(1)>"
 

@@ -63,9 +63,9 @@ def encode_in_process(root: Path, model: str, layers: list[int]) -> None:
 
     from raybench.cohorts.manifest import load_manifest
     from raybench.cohorts.waveforms import read_record
+    from raybench.core.paths import RunLayout
     from raybench.encoders.base import EncoderSpec, build_encoder
     from raybench.encoders.store import ActivationStore
-    from raybench.paths import RunLayout
 
     layout = RunLayout.at(root)
     manifest, info = load_manifest(layout.manifest)

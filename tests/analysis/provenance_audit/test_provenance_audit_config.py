@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from raybench.config import ConfigError, ProvenanceConfig, demo_run, load_run_config
+from raybench.core.config import ConfigError, ProvenanceConfig, demo_run, load_run_config
 
 
 def test_yaml_section_and_defaults(tmp_path):

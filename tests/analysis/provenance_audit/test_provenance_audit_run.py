@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from provenance_fixtures import encode_in_process
 
-from raybench.config import ProvenanceConfig, RunConfig, demo_protocol
-from raybench.paths import RunLayout
+from raybench.core.config import ProvenanceConfig, RunConfig, demo_protocol
+from raybench.core.paths import RunLayout
 
 MODEL = "ecg_fm"  # its native preprocessing standardizes each lead but keeps the 50 Hz hum
 
@@ -79,9 +79,9 @@ def test_ptbxl_sample_runs_and_says_the_groups_are_too_small(ptbxl_sample, tmp_p
 def test_provenance_command_on_the_ptbxl_sample(ptbxl_sample, tmp_path, ray_cluster):
     from click.testing import CliRunner
 
-    from raybench.cli import main
+    from raybench.app.cli import main
     from raybench.cohorts.ptbxl import build_ptbxl_manifest
-    from raybench.pipeline import write_run_yaml
+    from raybench.core.run_state import write_run_yaml
 
     layout = RunLayout.at(tmp_path / "run")
     build_ptbxl_manifest(ptbxl_sample, layout.manifest_dir, sampling_rate=100, concepts="none")

@@ -18,7 +18,7 @@ from raybench.analysis.provenance_audit.verdict import (
     NOT_AUDITED,
     REFUSED_UTILITY,
 )
-from raybench.config import ProvenanceConfig
+from raybench.core.config import ProvenanceConfig
 
 CFG = ProvenanceConfig()
 SPLIT = replace(CFG, folds=1)  # the run's own split: one fold, a fifth of the time

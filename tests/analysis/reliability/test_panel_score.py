@@ -9,7 +9,7 @@ import pytest
 from raybench.analysis.reliability.ground_truth import SyntheticSpec, synthetic_data
 from raybench.analysis.reliability.panel import SEEDS, PanelSpec, _cfgs
 from raybench.analysis.reliability.panel_score import family_metrics, oracle_scores, score_stack, splits, tasks
-from raybench.config import demo_protocol
+from raybench.core.config import demo_protocol
 from raybench.sae.train import train_stack
 
 

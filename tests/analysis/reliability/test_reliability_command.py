@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from raybench.analysis.reliability.verdicts import VERDICTS
-from raybench.paths import RunLayout
+from raybench.core.paths import RunLayout
 from tests.small_run import copy_run
 
 
@@ -31,7 +31,7 @@ def test_analyze_runs_the_cheap_part(finished):
 
 @pytest.mark.slow
 def test_command_writes_tables_figures_and_report(finished):
-    from raybench.cli import main
+    from raybench.app.cli import main
 
     layout = RunLayout.at(finished.run_dir)
     res = CliRunner().invoke(main, ["reliability", "--run-dir", str(layout.root)])

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from raybench.config import ConfigError, ReliabilityConfig, demo_run, dump_run_config, load_run_config
+from raybench.core.config import ConfigError, ReliabilityConfig, demo_run, dump_run_config, load_run_config
 
 
 def test_reliability_is_outside_the_config_hash_and_round_trips(tmp_path):

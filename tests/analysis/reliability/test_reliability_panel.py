@@ -7,7 +7,7 @@ import pytest
 
 from raybench.analysis.reliability.panel import PanelSpec, run_panel
 from raybench.analysis.reliability.panel_rho import control_flags, ground_truth_rho
-from raybench.config import demo_protocol
+from raybench.core.config import demo_protocol
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pandas as pd
 from raybench.analysis.reliability import seeds
 from raybench.analysis.reliability.reseed import per_cell
 from raybench.analysis.reliability.run import SUMMARY_COLUMNS, _summary, closing_note
-from raybench.config import ReliabilityConfig
+from raybench.core.config import ReliabilityConfig
 
 
 def _tables(rng: np.random.Generator) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:

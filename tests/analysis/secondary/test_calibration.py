@@ -15,8 +15,8 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from raybench.config import CohortConfig, EncoderConfig, GridProtocol, ResourceConfig, RunConfig, demo_protocol
-from raybench.paths import RunLayout
+from raybench.core.config import CohortConfig, EncoderConfig, GridProtocol, ResourceConfig, RunConfig, demo_protocol
+from raybench.core.paths import RunLayout
 from tests.oracle_encoder import NAME as ORACLE
 from tests.oracle_encoder import build_oracle
 

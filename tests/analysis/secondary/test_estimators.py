@@ -36,7 +36,7 @@ from raybench.analysis.secondary.ridge import (
 )
 from raybench.cohorts.panel import concept_families
 from raybench.cohorts.waveforms import LEADS
-from raybench.sufficient_stats import paired_corr, patient_stats
+from raybench.core.sufficient_stats import paired_corr, patient_stats
 
 
 def _data(seed: int = 0, n: int = 120, p: int = 7, c: int = 3):

@@ -12,8 +12,8 @@ import pytest
 
 from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.stats import benjamini_hochberg
-from raybench.config import GridProtocol, SAEProtocol, demo_run
-from raybench.paths import RunLayout
+from raybench.core.config import GridProtocol, SAEProtocol, demo_run
+from raybench.core.paths import RunLayout
 
 MODELS = ("ecg_fm", "ecg_jepa")
 SCFG = SecondaryConfig(random_dictionaries=5, bootstrap_draws=200, candidate_subsets=3,
@@ -32,9 +32,9 @@ def _build_run(root: Path):
     """Synthetic cohort -> manifest -> 2 demo encoders -> E = 8 cells (few steps) -> cells table."""
     import torch
 
-    from raybench.atomic import write_table
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.core.atomic import write_table
     from raybench.encoders.base import EncoderSpec
     from raybench.encoders.extract import extract_models
     from raybench.encoders.store import ActivationStore
@@ -180,12 +180,12 @@ def test_failed_analysis_leaves_no_stale_outputs_and_fails_the_audit(tmp_path, m
     import raybench.analysis.secondary.calibration as calibration
     import raybench.analysis.secondary.harmonization as harmonization
     import raybench.analysis.secondary.intervention as intervention
-    import raybench.ray_session
+    import raybench.infra.ray_session
     from raybench.analysis.audit import release_audit
     from raybench.analysis.report import render_report
     from raybench.analysis.secondary.run import run_secondary
-    from raybench.atomic import write_table
-    from raybench.config import demo_run
+    from raybench.core.atomic import write_table
+    from raybench.core.config import demo_run
 
     protocol = small_protocol()
     root = write_fake_run(tmp_path / "run", protocol, tables=("cells",), secondary=True)  # an earlier run's tables
@@ -204,7 +204,7 @@ def test_failed_analysis_leaves_no_stale_outputs_and_fails_the_audit(tmp_path, m
         write_table(layout.tables_dir / "harmonization.parquet", df)
         return {"harmonization": df}
 
-    monkeypatch.setattr(raybench.ray_session, "init_ray", lambda resources=None: None)
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: None)
     monkeypatch.setattr(calibration, "run_calibration", boom)
     monkeypatch.setattr(harmonization, "run_harmonization", harmonize)
     monkeypatch.setattr(intervention, "run_intervention", lambda *args: {})  # skipped: inputs missing

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from raybench.config import MODELS
+from raybench.core.config import MODELS
 from raybench.encoders.base import EncoderSpec, build_encoder
 
 DEMO_LAYERS = {"csfm": 6, "cardiac_fm": 6, "ecg_fm": 6, "ecg_jepa": 12, "hubert_ecg": 6, "st_mem": 12}

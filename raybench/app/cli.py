@@ -8,7 +8,7 @@ import click
 import yaml
 
 from raybench import __version__
-from raybench.errors import USER_EXIT_CODE, RaybenchError
+from raybench.core.errors import USER_EXIT_CODE, RaybenchError
 
 # command name -> "module:attribute"; each stage owns its commands.
 COMMANDS: dict[str, str] = {
@@ -18,14 +18,14 @@ COMMANDS: dict[str, str] = {
     "train": "raybench.sae.cli:train",
     "analyze": "raybench.analysis.cli:analyze",
     "report": "raybench.analysis.cli:report",
-    "grid": "raybench.pipeline:grid",
-    "config": "raybench.cli_config:config",
-    "submit": "raybench.jobs:submit",
-    "status": "raybench.jobs:status",
-    "logs": "raybench.jobs:logs",
-    "stop": "raybench.jobs:stop",
-    "cluster": "raybench.cluster_cli:cluster",
-    "export": "raybench.export:export",
+    "grid": "raybench.app.pipeline:grid",
+    "config": "raybench.app.cli_config:config",
+    "submit": "raybench.app.jobs:submit",
+    "status": "raybench.app.jobs:status",
+    "logs": "raybench.app.jobs:logs",
+    "stop": "raybench.app.jobs:stop",
+    "cluster": "raybench.app.cluster_cli:cluster",
+    "export": "raybench.app.export:export",
     "features": "raybench.analysis.features.cli:features",
     "checkpoint": "raybench.encoders.checkpoint_cli:checkpoint",
     "provenance": "raybench.analysis.provenance_audit.cli:provenance",
@@ -86,7 +86,7 @@ def main(verbose: bool) -> None:
 
     Run `raybench grid` for the embedded demo (synthetic cohort, demo encoders, local Ray).
     """
-    from raybench.ray_session import set_verbose
+    from raybench.infra.ray_session import set_verbose
 
     set_verbose(verbose)
 

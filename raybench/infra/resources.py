@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raybench.atomic import read_json, write_json
-from raybench.config import GpuShare, ResourceConfig, ReuseMode
-from raybench.paths import RunLayout
+from raybench.core.atomic import read_json, write_json
+from raybench.core.config import GpuShare, ResourceConfig, ReuseMode
+from raybench.core.paths import RunLayout
 
 if TYPE_CHECKING:
-    from raybench.config import EncoderConfig, RunConfig
+    from raybench.core.config import EncoderConfig, RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -327,8 +327,8 @@ def record(run_root: str | Path | None, stage: str, key: str, choice: Choice, wh
 
 def resolve_reuse_trial_processes(mode: ReuseMode) -> bool:
     """resources.reuse_trial_processes as Tune's reuse_actors: auto is on only for a local instance raybench
-    started itself (raybench.ray_session.owns_local_instance), where no node can join mid-run."""
-    from raybench.ray_session import owns_local_instance
+    started itself (raybench.infra.ray_session.owns_local_instance), where no node can join mid-run."""
+    from raybench.infra.ray_session import owns_local_instance
 
     reuse = owns_local_instance() if mode == "auto" else bool(mode)
     log.info("[resources] train reuse_trial_processes: %s -> %s", mode, reuse)

@@ -1,4 +1,4 @@
-"""The run config: the protocol (raybench.protocol) plus cohort, encoders and Ray resources; presets; YAML.
+"""The run config: the protocol (raybench.core.protocol) plus cohort, encoders and Ray resources; presets; YAML.
 
 Presets (`RUN_PRESETS`): `paper` is the published ECG-InterpBench protocol as it was executed, with the
 protocol code's own encoder preprocessing (`encoders.profile: published`): the preset that reproduces the
@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import yaml
 
-from raybench.protocol import (
+from raybench.core.protocol import (
     MODELS,
     ConfigError,
     EvalProtocol,
@@ -70,7 +70,7 @@ ReuseMode = Literal["auto", True, False]
 """Whether a finished trial's process runs the next trial (ResourceConfig.reuse_trial_processes); booleans, as YAML
 reads on/off and true/false."""
 GpuShare = float | Literal["auto"]
-"""GPUs per encoder actor or SAE trial: a number (a fraction shares one GPU), or auto (raybench.resources: a share
+"""GPUs per encoder actor or SAE trial: a number (a fraction shares one GPU), or auto (raybench.infra.resources: a share
 sized from the worker's memory need when the connected Ray cluster has GPUs, else 0)."""
 
 
@@ -131,7 +131,7 @@ class EncoderConfig:
     """Records per encoder forward pass (speed only)."""
     num_gpus: GpuShare = "auto"
     """GPUs per encoder actor; a fraction shares a GPU; auto: sized from the encoder's memory need when the
-    cluster has GPUs, else 0 (raybench.resources; speed only)."""
+    cluster has GPUs, else 0 (raybench.infra.resources; speed only)."""
     min_actors: int = 1
     """Fewest encoder actors of the extraction pool (speed only)."""
     max_actors: int = 1
@@ -162,7 +162,7 @@ class ResourceConfig:
     """CPUs per SAE trial (also its torch thread count)."""
     trial_gpus: GpuShare = "auto"
     """GPU fraction per SAE trial, e.g. 0.25 packs four per GPU; auto: sized from the largest stack's memory need
-    when the cluster has GPUs, else 0 (raybench.resources)."""
+    when the cluster has GPUs, else 0 (raybench.infra.resources)."""
     gpu_memory_gb: float | None = None
     """Memory of one GPU (GiB) that auto shares are sized against; None: from the cluster's accelerator type
     (Ray's accelerator_type resource) when raybench knows it, else 16."""
@@ -388,7 +388,7 @@ class RunConfig:
     run_dir: str = "runs/demo"
     """The run folder: a local folder or an s3:// prefix."""
     protocol: Protocol = field(default_factory=Protocol)
-    """The protocol (raybench.protocol)."""
+    """The protocol (raybench.core.protocol)."""
     cohort: CohortConfig = field(default_factory=CohortConfig)
     """Where records come from."""
     encoders: EncoderConfig = field(default_factory=EncoderConfig)

@@ -7,7 +7,7 @@ Completion markers (`index.json`, `metrics.json`, `report.html`) are uploaded la
 folder never looks complete. The S3 endpoint follows the usual AWS variables (AWS_ENDPOINT_URL, ...).
 
 What the mirror knows about the prefix (its stamp, and the ETag/size/mtime/MD5 of each file as last
-synced) is raybench.mirror_state; with it re-written files of equal size are noticed in both directions
+synced) is raybench.infra.mirror_state; with it re-written files of equal size are noticed in both directions
 and a mirror of a deleted (or re-created) prefix is wiped first. Keys that would land outside the mirror
 (`..`, empty or absolute parts) are skipped with a warning. Downloads go to a unique temp file, are checked
 (size, MD5 where the ETag is one) and renamed into place atomically.
@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from raybench.mirror_state import LocalFile, StorageError, is_md5, save_entries, tie
+from raybench.infra.mirror_state import LocalFile, StorageError, is_md5, save_entries, tie
 
 MARKERS = ("index.json", "metrics.json", "summary.json", "report.html")
 

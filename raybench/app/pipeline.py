@@ -1,7 +1,7 @@
 """`raybench grid`: cohort -> manifest -> encode -> train -> analyze, each stage skipped when complete.
 
 This module keeps only the progress display, the run folder's config (run.yaml, config_hash.json, the config a
-stage command works under) and the stage sequence; the stages (raybench.stage.Stage) live beside the code they
+stage command works under) and the stage sequence; the stages (raybench.infra.stage.Stage) live beside the code they
 drive. Errors are RaybenchErrors (`PipelineError` for the run folder); the command line prints them.
 
 With no arguments it runs the embedded default: a local Ray instance, the built-in synthetic cohort,
@@ -11,29 +11,26 @@ finishes only the remaining work.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import click
 
-from raybench import progress
 from raybench.analysis.analyze_stage import ANALYZE_STAGE, analyze_stage
-from raybench.atomic import write_json, write_text
 from raybench.cohorts.stage import COHORT_STAGE, MANIFEST_STAGE
-from raybench.config import ConfigError, RunConfig, dump_run_config, from_dict, load_run_config
+from raybench.core.config import RunConfig, load_run_config
+from raybench.core.paths import RunLayout
+from raybench.core.run_state import PipelineError, write_run_yaml
 from raybench.encoders.stage import ENCODE_STAGE
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
+from raybench.infra import progress
+from raybench.infra.stage import Stage
 from raybench.sae.stage import TRAIN_STAGE
-from raybench.stage import Stage
 
 
 class Progress:
     """The run's stage lines (`[i/n] stage running ... / done in s / complete, skipped`), written through the live
-    display (raybench.progress) the stages also report their counts to. `before_work(stage)` runs only when a
+    display (raybench.infra.progress) the stages also report their counts to. `before_work(stage)` runs only when a
     stage has work (the pipeline starts Ray there, so a rerun with nothing to do never does)."""
 
     def __init__(self, stages: list[Stage], echo: Callable[[str], None] | None = None,
@@ -70,127 +67,6 @@ STAGES: list[Stage] = [COHORT_STAGE, MANIFEST_STAGE, ENCODE_STAGE, TRAIN_STAGE, 
 """What `raybench grid` runs, in order; each stage lives beside the code it drives."""
 
 
-class PipelineError(RaybenchError):
-    """The run folder cannot take this run (another config's results, an unreadable run.yaml)."""
-
-
-def write_run_yaml(cfg: RunConfig, drop_model: bool = False) -> None:
-    """Record the resolved config and provenance; refuse to mix two configs in one run folder, except that models
-    may be added to `protocol.grid.models` (removed with `drop_model`): raybench.run_changes."""
-    import platform
-    from importlib.metadata import version
-
-    import raybench
-
-    layout = RunLayout.at(cfg.run_dir)
-    from raybench.run_changes import RunChangeError, check_change, new_stamp, read_stamp, stamp_line
-
-    old = read_stamp(layout.root)
-    if old is not None and old.get("config_hash") != cfg.config_hash():
-        try:
-            recorded = recorded_run_config(layout.root)[0]
-        except ConfigError:
-            recorded = None  # unreadable run.yaml: the refusal names both hashes
-        try:
-            check_change(recorded, old, cfg, drop_model=drop_model, where=str(layout.root))
-        except RunChangeError as err:
-            raise PipelineError(str(err)) from None
-    provenance = (f"# raybench {raybench.__version__}, python {platform.python_version()}, ray {version('ray')}, "
-                  f"torch {version('torch')}\n# config_hash: {cfg.config_hash()}\n")
-    stamp = new_stamp(old, cfg)
-    # one atomic write records config and stamp together; config_hash.json after it is a copy for older readers
-    write_text(layout.run_yaml, provenance + stamp_line(stamp) + dump_run_config(cfg))
-    write_json(layout.root / STAMP, stamp)
-
-
-# ---------------------------------------------------------------- the run's own config (stage commands)
-
-STAMP = "config_hash.json"
-
-
-def recorded_run_config(run_dir: str | Path) -> tuple[RunConfig | None, str | None]:
-    """The config recorded in `run_dir`/run.yaml (None when absent) and the run's config stamp: the hash in the
-    stamp (run.yaml's `# stamp:` line, else config_hash.json: raybench.run_changes.read_stamp), else the hash of
-    run.yaml's config; None when neither exists."""
-    from raybench.analysis.audit import read_run_yaml, run_section
-    from raybench.run_changes import read_stamp
-
-    layout = RunLayout.at(run_dir)
-    recorded = read_stamp(layout.root)
-    stamp = str(recorded["config_hash"]) if recorded is not None else None
-    raw = read_run_yaml(layout.root)
-    if raw is None:
-        return None, stamp
-    names = [f.name for f in dataclasses.fields(RunConfig) if f.name != "run_dir"]  # every section, new ones too
-    sections = {k: run_section(raw, k) for k in names}
-    if sections["protocol"] is None:
-        raise ConfigError(f"{layout.run_yaml} holds no protocol section: pass --config with the run's config")
-    try:
-        cfg = from_dict(RunConfig, {"run_dir": str(run_dir), **{k: v for k, v in sections.items() if v is not None}},
-                        "run.yaml").validate()
-    except ConfigError as err:
-        raise ConfigError(f"{layout.run_yaml}: {err}") from None
-    return cfg, stamp or cfg.config_hash()
-
-
-def check_config_stamp(cfg: RunConfig, stamp: str | None, what: str) -> None:
-    """Refuse `cfg` (described by `what`, e.g. "--config x.yaml") when the run folder holds another config."""
-    if stamp is None or cfg.config_hash() == stamp:
-        return
-    from raybench.run_changes import config_diff
-
-    try:
-        recorded = recorded_run_config(cfg.run_dir)[0]
-    except ConfigError:
-        recorded = None
-    keys = (f" (keys that differ: {', '.join(config_diff(recorded, cfg))})"
-            if recorded is not None and recorded.config_hash() == stamp else "")
-    raise PipelineError(
-        f"{what} has config hash {cfg.config_hash()}, but the run folder {cfg.run_dir} was made with config hash "
-        f"{stamp} (its run.yaml / {STAMP}){keys}, and one run must not mix results of two configs. To continue this "
-        "run, leave out --config (and any option that changes results): stage commands read the run's own run.yaml; "
-        "to add models to grid.models, run `raybench grid --config` on the run folder; to run this config, give it a "
-        "new --run-dir")
-
-
-def stage_config(run_dir: str | None, config_path: str | None, *, demo_fallback: bool = True) -> RunConfig:
-    """The config a stage command (`encode`, `train`, `analyze`) works under.
-
-    Without --config: the run folder's own run.yaml (written by `raybench grid` or the first stage command),
-    else the embedded demo (or a usage error without `demo_fallback`). With --config: that file, refused when
-    its config hash differs from the run's recorded one. `run_dir` defaults to the config's run_dir.
-    """
-    from raybench.config import demo_run
-
-    given = load_run_config(config_path) if config_path else None
-    run_dir = run_dir or (given.run_dir if given is not None else demo_run().run_dir)
-    recorded, stamp = (None, None) if "://" in run_dir else recorded_run_config(run_dir)
-    if given is not None:
-        cfg = replace(given, run_dir=run_dir)
-        check_config_stamp(cfg, stamp, f"--config {config_path}")
-        return cfg
-    if recorded is None:
-        if not demo_fallback:
-            raise PipelineError(f"{RunLayout.at(run_dir).run_yaml} not found: pass --config with the run's config "
-                                   "(the same file given to `raybench grid`)")
-        cfg = replace(demo_run(), run_dir=run_dir)
-        check_config_stamp(cfg, stamp, "the embedded demo config (no run.yaml)")
-        return cfg
-    check_config_stamp(recorded, stamp, f"{RunLayout.at(run_dir).run_yaml} (edited?)")
-    return recorded
-
-
-def stamp_run(cfg: RunConfig, what: str = "this config") -> None:
-    """Before a stage command writes into an existing local run folder: refuse a config other than the run's, and
-    record run.yaml + config_hash.json when the run has none yet, so later stages read the same config."""
-    if "://" in cfg.run_dir or not Path(cfg.run_dir).is_dir():
-        return
-    recorded, stamp = recorded_run_config(cfg.run_dir)
-    check_config_stamp(cfg, stamp, what)
-    if recorded is None:
-        write_run_yaml(cfg)
-
-
 RAY_FREE = ("cohort",)
 """Stages that never use Ray: running them does not start it."""
 
@@ -204,8 +80,8 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allo
     Progress goes to `reporter` (default: a live display in a terminal, else plain periodic lines; with `echo`,
     plain lines through it). Ray starts only before the first stage with work, so a complete run never starts it.
     allow_incomplete: analyze a grid with missing or failed cells (refused otherwise; see `raybench analyze`).
-    drop_model: accept a config whose grid.models lacks models of the run folder (raybench.run_changes)."""
-    from raybench.storage import check_writable, is_remote, local_mirror, sync_down
+    drop_model: accept a config whose grid.models lacks models of the run folder (raybench.core.run_state)."""
+    from raybench.infra.storage import check_writable, is_remote, local_mirror, sync_down
 
     cfg.validate()
     stages = [analyze_stage(allow_incomplete=True) if allow_incomplete and s.name == "analyze" else s
@@ -218,7 +94,7 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allo
     for stage in stages:  # every stage's external inputs, before Ray starts or anything is written
         stage.check(cfg)
     check_writable(cfg.run_dir)
-    from raybench.run_lock import run_lock
+    from raybench.infra.run_lock import run_lock
 
     with run_lock(cfg.run_dir, "grid"):  # one writer per run folder (or s3:// prefix); released on any exit
         remote = cfg.run_dir if is_remote(cfg.run_dir) else None
@@ -235,11 +111,11 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allo
 def _run_stages(cfg: RunConfig, stages: list[Stage], remote: str | None, layout: RunLayout,
                 reporter: progress.Reporter | None, echo: Callable[[str], None] | None) -> dict[str, float]:
     """The stage sequence of run_pipeline, under the run's lock; a remote run syncs up after each stage."""
-    from raybench.storage import sync_up
+    from raybench.infra.storage import sync_up
 
     def start_ray(stage: Stage) -> None:
         if stage.name not in RAY_FREE:
-            from raybench.ray_session import init_ray
+            from raybench.infra.ray_session import init_ray
 
             init_ray(cfg.resources)
 
@@ -283,7 +159,7 @@ def grid(config_path: str | None, run_dir: str | None, address: str | None, num_
     if until is not None and until != STAGES[-1].name:
         click.echo(f"total {timings['total']:.1f} s; stopped after {until} (`raybench grid` again goes on)")
         return
-    from raybench.storage import is_remote
+    from raybench.infra.storage import is_remote
 
     report = f"{cfg.run_dir.rstrip('/')}/report.html" if is_remote(cfg.run_dir) else \
         RunLayout.at(cfg.run_dir).report.resolve()

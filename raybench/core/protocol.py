@@ -2,7 +2,7 @@
 
 Every number the protocol fixes lives here once, with the section of docs/protocol.md that owns it; the
 dataclass defaults are the published protocol (the `paper` preset). The run's other settings (cohort,
-encoders, Ray resources), the presets and YAML loading are in raybench.config, which re-exports these names.
+encoders, Ray resources), the presets and YAML loading are in raybench.core.config, which re-exports these names.
 
 Fields with a fixed set of values are typed `Literal[...]`; `check_choices` and the YAML loader take the
 allowed values from those types (typing.get_args), so a choice is declared in one place.
@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from raybench.errors import RaybenchError
+from raybench.core.errors import RaybenchError
 
 MODELS: tuple[str, ...] = ("csfm", "cardiac_fm", "ecg_fm", "ecg_jepa", "hubert_ecg", "st_mem")
 

@@ -237,7 +237,7 @@ def submit(address: str | None, allow_insecure: bool, working_dir: str, include:
         runtime_env: dict = {"working_dir": staged}
         if pip_pkgs:
             runtime_env["pip"] = list(pip_pkgs)
-        entrypoint = "python -m raybench.cli " + " ".join(shlex.quote(a) for a in args)
+        entrypoint = "python -m raybench.app.cli " + " ".join(shlex.quote(a) for a in args)
         job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
                                    entrypoint_num_cpus=num_cpus or None, entrypoint_num_gpus=num_gpus or None)
     _remember(job_id)

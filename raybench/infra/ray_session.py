@@ -4,7 +4,7 @@ Inside a Ray job (or with RAY_ADDRESS set) we attach to that cluster; otherwise 
 instance with the dashboard off and every server bound to 127.0.0.1 (`_loopback_node`). Ray is imported and started only
 when a stage has work (a rerun with nothing to do never pays its start-up).
 
-Quiet by default: raybench draws its own progress (raybench.progress), so Ray's, Tune's and Ray Data's INFO
+Quiet by default: raybench draws its own progress (raybench.infra.progress), so Ray's, Tune's and Ray Data's INFO
 and WARNING chatter and the workers' stdout stay out of the terminal (the C++ core worker logs only errors
 there; the encoder actors no longer give it cause, see raybench.encoders.extract);
 `set_verbose(True)` (`raybench --verbose ...`) lets all of it through. Errors of the work itself reach the
@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from raybench.config import ResourceConfig
+from raybench.core.config import ResourceConfig
 
 RAY_LOGGERS = ("ray", "ray.data", "ray.tune", "ray.train")
 _VERBOSE = False

@@ -2,7 +2,7 @@
 
 The run prefix carries a stamp (`STAMP`, written when the prefix is first used); the mirror records which
 stamp it belongs to in `STATE_FILE`, with the ETag/size/mtime/MD5 of each file as last synced, so
-re-written files of equal size are noticed in both directions (raybench.storage), and a mirror left over from
+re-written files of equal size are noticed in both directions (raybench.infra.storage), and a mirror left over from
 a deleted (or re-created) prefix is wiped instead of resurrecting old results (`tie`). Trials and nodes
 sharing one mirror serialise their updates of the record through `LOCK_FILE`.
 """
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from raybench.errors import RaybenchError
+from raybench.core.errors import RaybenchError
 
 STAMP = ".raybench-run.json"  # in the run prefix: which incarnation of the run this is
 STATE_FILE = ".raybench-sync.json"  # in the mirror: the stamp it belongs to + what was synced (key -> etag, ...)

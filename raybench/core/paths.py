@@ -22,7 +22,7 @@ class RunLayout:
 
     @property
     def resources_resolved(self) -> Path:
-        """The GPU shares `auto` resolved to, per stage (raybench.resources)."""
+        """The GPU shares `auto` resolved to, per stage (raybench.infra.resources)."""
         return self.root / "resources_resolved.json"
 
     @property

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import click
 
-from raybench.atomic import atomic_dir, file_sha256
-from raybench.errors import RaybenchError
+from raybench.core.atomic import atomic_dir, file_sha256
+from raybench.core.errors import RaybenchError
 
 WHEEL_DIR = Path("cluster") / "wheel"  # under the checkout; cluster/*.yaml's file_mounts name it (gitignored)
 SUMS = "SHA256SUMS"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from raybench.config import RUN_PRESETS, dump_run_config, load_run_config
+from raybench.core.config import RUN_PRESETS, dump_run_config, load_run_config
 
 
 @click.command()

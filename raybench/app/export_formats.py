@@ -46,9 +46,9 @@ import pandas as pd
 import torch
 
 from raybench import __version__
-from raybench.atomic import atomic_dir
-from raybench.errors import RaybenchError
-from raybench.paths import RunLayout
+from raybench.core.atomic import atomic_dir
+from raybench.core.errors import RaybenchError
+from raybench.core.paths import RunLayout
 
 FORMATS = ("saelens", "safetensors")
 # CellSpec.cell_id (raybench/sae/cells.py): <model>-q<depth x 100, 3 digits>-E<expansion, 2+ digits>-<arm>-s<seed>.
@@ -192,11 +192,11 @@ def write_saelens(folder: Path, sae, normalizer, threshold: float, metadata: dic
 def cell_cis(stats_path: Path, n_draws: int, seed: int, chunk_draws: int, threshold: float,
              ci: tuple[float, float] = (2.5, 97.5)) -> dict[str, tuple[float, float, float]]:
     """Test R^2, accessibility and coverage of one cell with patient-bootstrap percentile CIs, from its
-    patient_stats.npz (raybench.sufficient_stats) and the run's chunked patient stream
+    patient_stats.npz (raybench.core.sufficient_stats) and the run's chunked patient stream
     (raybench.analysis.streams.patient_counts): metric -> (point, low, high)."""
     from raybench.analysis.stats import percentile_ci
     from raybench.analysis.streams import n_chunks, patient_counts
-    from raybench.sufficient_stats import pearson_from_parts
+    from raybench.core.sufficient_stats import pearson_from_parts
 
     with np.load(stats_path) as f:
         n, sse, sst, corr = (f[k].astype(np.float64) for k in ("n", "sse", "sst", "corr"))
@@ -268,7 +268,7 @@ def model_card(row: dict[str, Any], cfg: dict[str, Any], run: dict[str, Any], ci
                   "z = sae.encode(x)  # x: raw activations [n, d] of the encoder layer above", "```", "",
                   "The train-split z-scoring is folded into the weights (raw activations in, raw reconstructions "
                   "out; `normalize_activations: none`). BatchTopK is replaced by a JumpReLU with one global "
-                  "threshold (the mean smallest kept pre-activation over train batches; raybench/export_formats.py)."]
+                  "threshold (the mean smallest kept pre-activation over train batches; export_formats.py)."]
         if conversion is not None:
             c = conversion
             lines += ["", f"Measured on {c.n_records} held-out test records: threshold {c.threshold:.5f}; "
@@ -279,14 +279,14 @@ def model_card(row: dict[str, Any], cfg: dict[str, Any], run: dict[str, Any], ci
                       f"{c.jaccard_topk:.3f} against BatchTopK."]
     else:
         lines += ["`sae.safetensors` and `cfg.json` are raybench's cell files (layout in "
-                  "raybench/export_formats.py): z-score x with norm_mean / norm_std, encode with BatchTopK, "
+                  "raybench/app/export_formats.py): z-score x with norm_mean / norm_std, encode with BatchTopK, "
                   "decode and de-normalize (the rules are spelled out in cfg.json)."]
     return "\n".join(lines) + "\n"
 
 
 def export_cells(run_dir: str | Path, dest: str | Path, patterns: tuple[str, ...], fmt: str) -> list[Path]:
     """Write one folder per selected cell into `dest` (a new or empty folder) in `fmt`; returns the folders."""
-    from raybench.analysis.audit import read_run_yaml, run_protocol
+    from raybench.core.run_state import read_run_yaml, run_protocol
     from raybench.sae.cell_files import load_cell_metrics
     from raybench.sae.data import load_cell_data
 

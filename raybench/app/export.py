@@ -13,12 +13,12 @@ is added here on purpose:
     cells/<cell>/sae.safetensors     SAE weights and the cfg.json that makes them usable on their own
     cells/<cell>/cfg.json
     run.yaml                         the resolved config, any record-level field (`*_ids`, quarantine) removed and
-                                     credentials cut out of every URI (raybench.redaction)
+                                     credentials cut out of every URI (raybench.core.redaction)
     EXPORT.json                      what was copied (path, bytes, sha256) and how much was left behind
 
 Even an allow-listed file is refused if its name looks record-level (`*_ids*`, `*.npz`, quarantine,
 manifest, patient_stats). The cohort kind comes from manifest/summary.json and run.yaml (credentialed if
-either says so; refused if neither names one). For credentialed cohorts (raybench.privacy) every copied file
+either says so; refused if neither names one). For credentialed cohorts (raybench.core.privacy) every copied file
 is then scanned for the cohort's record and subject ids (from manifest/ and the dataset's record_list.csv); a
 hit aborts the export, leaving nothing at DIR, and names the file - e.g. a run whose tables predate the
 failure-text rules. When no id can be loaded (a partial copy of an s3:// run without manifest/) the export is
@@ -44,10 +44,10 @@ from typing import Any
 import click
 import yaml
 
-from raybench.atomic import file_sha256
-from raybench.paths import RunLayout
-from raybench.privacy import is_credentialed
-from raybench.redaction import redact_config, redact_text, uri_secrets
+from raybench.core.atomic import file_sha256
+from raybench.core.paths import RunLayout
+from raybench.core.privacy import is_credentialed
+from raybench.core.redaction import redact_config, redact_text, uri_secrets
 
 ALLOW = ("report.html", "tables/*.parquet", "tables/*.csv", "tables/*.json", "figures/*.png", "figures/*.svg",
          "figures/dashboards/index.json", "cells/*/sae.safetensors", "cells/*/cfg.json")
@@ -149,7 +149,7 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
 def cohort_kind(layout: RunLayout, raw: dict[str, Any] | None) -> str:
     """The run's cohort kind from manifest/summary.json (written with the record ids) and run.yaml; a credentialed
     kind wins when they disagree. Refuses when neither names one: a partial copy cannot be judged safe."""
-    from raybench.analysis.audit import run_section
+    from raybench.core.run_state import run_section
 
     kinds = []
     if layout.manifest_summary.is_file():
@@ -203,7 +203,7 @@ def record_ids(layout: RunLayout, raw: dict[str, Any] | None) -> set[bytes]:
         table = pq.read_table(layout.manifest, columns=[c for c in id_cols if c in names])
         for col in table.column_names:
             add(table.column(col).to_pylist())
-    from raybench.analysis.audit import run_section
+    from raybench.core.run_state import run_section
 
     listings = [layout.quarantine]
     root = (run_section(raw, "cohort") or {}).get("root")
@@ -293,7 +293,7 @@ def _scrub(obj: Any) -> Any:
 
 def _export_run_yaml(text: str, raw: dict[str, Any]) -> str:
     """run.yaml with record-level keys dropped (the resolved config holds none today; a recorded id list would)
-    and credentials cut out of every URI (raybench.redaction)."""
+    and credentials cut out of every URI (raybench.core.redaction)."""
     out = redact_config(_scrub(raw))
     header = [redact_text(ln) for ln in text.splitlines() if ln.startswith("#")]
     header.append("# exported by `raybench export`: record-level fields and URI credentials removed")
@@ -305,7 +305,7 @@ def _export_run_yaml(text: str, raw: dict[str, Any]) -> str:
 @click.option("--to", "dest", required=True, help="New (or empty) folder to receive the shareable artifacts.")
 @click.option("--format", "fmt", type=click.Choice(["run", "saelens", "safetensors"]), default="run",
               show_default=True, help="run: the shareable run artifacts; saelens / safetensors: the SAEs of --cells, "
-                                      "one folder each with a model card (raybench/export_formats.py).")
+                                      "one folder each with a model card (raybench/app/export_formats.py).")
 @click.option("--cells", default=None, help="With --format saelens|safetensors: comma-separated cell ids or globs, "
                                             "e.g. 'ecg_fm-q100-E08-primary-*'.")
 def export(run_dir: str, dest: str, fmt: str, cells: str | None) -> None:
@@ -320,7 +320,7 @@ def export(run_dir: str, dest: str, fmt: str, cells: str | None) -> None:
         raise click.UsageError(f"--run-dir {run_dir}: export reads a local run folder; copy the run down first "
                                "(inside the credentialed environment) and pass that folder")
     if fmt != "run":
-        from raybench.export_formats import export_cells
+        from raybench.app.export_formats import export_cells
 
         if not cells:
             raise click.UsageError(f"--format {fmt} needs --cells (cell ids or globs)")

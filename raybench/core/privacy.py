@@ -10,7 +10,7 @@ be shared, so every place that persists failure text goes through `failure_text`
 Open cohorts keep the exception type and the last line of the message (as before); credentialed cohorts
 keep only the exception type and how many identifier-like values the message held, e.g.
 `KeyError (message withheld: credentialed cohort; 3 identifier-like values)`. What may leave the environment
-at all is decided by `raybench export` (raybench/export.py).
+at all is decided by `raybench export` (raybench/app/export.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ declare their resources and setup beside the work they do).
 A stage names itself, the run-folder inputs it needs, answers whether its outputs already mark it complete,
 declares the resources one of its Ray workers asks for, and runs. The stages live beside the code they drive
 (`raybench.cohorts.stage`, `raybench.encoders.stage`, `raybench.sae.stage`, `raybench.analysis.stage`);
-`raybench.pipeline` only sequences them. A stage raises `RaybenchError`s for bad input, never click exceptions.
+`raybench.app.pipeline` only sequences them. A stage raises `RaybenchError`s for bad input, never click exceptions.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from raybench.config import RunConfig
+    from raybench.core.config import RunConfig
 
 
 @dataclass(frozen=True)

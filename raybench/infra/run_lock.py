@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from raybench.errors import RaybenchError
+from raybench.core.errors import RaybenchError
 
-LOCK_NAME = ".raybench-lock.json"  # a dot name: never synced up or down with the run (raybench.storage)
+LOCK_NAME = ".raybench-lock.json"  # a dot name: never synced up or down with the run (raybench.infra.storage)
 LEASE_S = 120.0  # an s3 lease not refreshed for this long is stale
 REFRESH_S = 30.0
 
@@ -58,7 +58,7 @@ def _refusal(where: str, holder: dict[str, Any] | None, how_to_clear: str) -> Ru
 @contextlib.contextmanager
 def run_lock(run_dir: str | os.PathLike, command: str = "grid") -> Iterator[None]:
     """Hold the run folder's lock for the block; refuse (RunLocked) when another process holds it."""
-    from raybench.storage import is_remote
+    from raybench.infra.storage import is_remote
 
     remote = is_remote(run_dir)
     key = str(run_dir).rstrip("/") if remote else os.path.abspath(run_dir)
@@ -89,7 +89,7 @@ def run_lock(run_dir: str | os.PathLike, command: str = "grid") -> Iterator[None
 
 def _pid_alive(pid: int, started: str | None) -> bool:
     """Whether `pid` runs here and is the process that took the lock (not a later one given the same pid)."""
-    from raybench.atomic import pid_alive
+    from raybench.core.atomic import pid_alive
 
     if not pid_alive(pid):
         return False
@@ -197,7 +197,7 @@ class S3Lease:
     def _client(self):
         import boto3
 
-        return boto3.client("s3")  # AWS_ENDPOINT_URL and credentials from the environment, as raybench.storage
+        return boto3.client("s3")  # AWS_ENDPOINT_URL and credentials from the environment, as raybench.infra.storage
 
     def _body(self) -> bytes:
         return json.dumps({**self.holder, "expires": time.time() + self.lease_s}, sort_keys=True).encode()

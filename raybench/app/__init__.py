@@ -1,0 +1,3 @@
+"""The orchestration above the stages: the pipeline (`raybench grid`), the command line, Ray Jobs, cluster
+wheels and exports.
+"""
