@@ -13,6 +13,7 @@ from torch import nn
 import raybench.infra.resources as rr
 from raybench.core.config import ConfigError, EncoderConfig, ResourceConfig, load_run_config, paper_run
 from raybench.core.paths import RunLayout
+from raybench.sae.grid import run_trial_gpus
 
 GIB = 1 << 30
 
@@ -196,7 +197,7 @@ def test_auto_on_a_logical_gpu_gives_fractions_and_records_them(ray_cluster, tmp
     assert record["encode"]["toy"]["need_gib"] == round(4 * (16 + 2 * (3 * 33 + 2 * 4)) / GIB, 3)
 
     cfg = replace(paper_run(str(tmp_path)), resources=replace(res, max_per_gpu=2))
-    assert rr.run_trial_gpus(cfg, tmp_path) == 0.5  # no stores yet: need unknown, max_per_gpu per GPU
+    assert run_trial_gpus(cfg, tmp_path) == 0.5  # no stores yet: need unknown, max_per_gpu per GPU
     assert json.loads(RunLayout.at(tmp_path).resources_resolved.read_text())["train"]["trial"]["gpus"] == 0.5
 
     @ray_cluster.remote
@@ -214,7 +215,7 @@ def test_auto_on_a_cpu_only_cluster_gives_zero(ray_cluster, tmp_path, monkeypatc
     res = ResourceConfig()
     assert rr.declared_gpus("auto", res) == 0.0
     assert rr.with_encoder_gpus(EncoderConfig(), _Enc(), (3,), tmp_path, res).num_gpus == 0.0
-    assert rr.run_trial_gpus(paper_run(str(tmp_path)), tmp_path) == 0.0
+    assert run_trial_gpus(paper_run(str(tmp_path)), tmp_path) == 0.0
     assert rr.resolve(0.25, rr.connected_inventory(res), 0, 4).gpus == 0.25  # an explicit share is still asked for
 
 
@@ -232,11 +233,11 @@ def test_trial_need_comes_from_the_runs_stores(ray_cluster, tmp_path):
     # the largest stack: ecg_fm at E 32 (N 4096), 3 seeds, B 256, its 3000 train rows: 0.085 GiB
     need = rr.sae_trial_bytes(128, 32 * 128, 3, 256, 3000)
     assert need == 4 * (4 * 3 * (2 * 128 * 4096 + 4096 + 128) + 3 * 256 * (3 * 4096 + 4 * 128) + 3000 * 128)
-    assert rr.run_trial_gpus(cfg, tmp_path) == 0.25  # 3.2 GiB usable / 0.085 GiB: capped at 4 per GPU
+    assert run_trial_gpus(cfg, tmp_path) == 0.25  # 3.2 GiB usable / 0.085 GiB: capped at 4 per GPU
     trial = json.loads(RunLayout.at(tmp_path).resources_resolved.read_text())["train"]["trial"]
     assert trial["need_gib"] == round(need / GIB, 3) and trial["memory_source"] == "resources.gpu_memory_gb"
     tight = replace(cfg, resources=ResourceConfig(gpu_memory_gb=0.25))  # 0.2 GiB usable: 2 fit
-    assert rr.run_trial_gpus(tight, tmp_path) == 0.5
+    assert run_trial_gpus(tight, tmp_path) == 0.5
 
 
 def test_reuse_trial_processes_auto_is_on_only_for_a_local_instance_raybench_started(ray_cluster, monkeypatch):

@@ -13,7 +13,7 @@ from raybench.core.config import RunConfig
 from raybench.core.errors import RaybenchError
 from raybench.core.paths import RunLayout
 from raybench.core.privacy import is_credentialed
-from raybench.infra.stage import Resources, Stage
+from raybench.infra.stage import Stage
 
 if TYPE_CHECKING:
     from raybench.encoders.base import EncoderSpec
@@ -145,13 +145,6 @@ def one_pipeline(cfg: RunConfig, models: list[str]) -> bool:
                                                                              cfg.resources) == 0
 
 
-def encode_resources(cfg: RunConfig) -> Resources:
-    """One encoder actor: a CPU and the configured GPU share (encoders.num_gpus; auto: raybench.infra.resources)."""
-    from raybench.infra.resources import declared_gpus
-
-    return Resources(cpus=1.0, gpus=declared_gpus(cfg.encoders.num_gpus, cfg.resources))
-
-
 def with_encoder_overrides(cfg: RunConfig, **overrides) -> RunConfig:
     """cfg with encoders.<key> replaced for every override that is not None (validated: a ConfigError)."""
     enc = dataclasses.replace(cfg.encoders, **{k: v for k, v in overrides.items() if v is not None})
@@ -207,5 +200,4 @@ def check_encodable(cfg: RunConfig) -> Path:
     return manifest
 
 
-ENCODE_STAGE = Stage("encode", inputs=("manifest",), is_complete=encode_complete, run=encode_run,
-                     resources=encode_resources)
+ENCODE_STAGE = Stage("encode", inputs=("manifest",), is_complete=encode_complete, run=encode_run)

@@ -25,7 +25,7 @@ from raybench.core.config import GpuShare, ResourceConfig, ReuseMode
 from raybench.core.paths import RunLayout
 
 if TYPE_CHECKING:
-    from raybench.core.config import EncoderConfig, RunConfig
+    from raybench.core.config import EncoderConfig
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def connected_inventory(res: ResourceConfig) -> GpuInventory:
 
 
 def declared_gpus(requested: GpuShare, res: ResourceConfig) -> float:
-    """What a worker declares before its need is known (Stage.resources): a number as given; auto: the smallest
+    """What a worker would declare before its need is known: a number as given; auto: the smallest
     share auto picks (1/max_per_gpu) when the connected cluster has GPUs, else 0."""
     if requested != "auto":
         return float(requested)
@@ -276,26 +276,6 @@ def resolve_trial_gpus(trial_gpus: GpuShare, cells: Iterable[Any], batch_size: i
     record(run_root, "train", "trial", choice, "SAE trial")
     return choice.gpus
 
-
-def run_trial_gpus(cfg: RunConfig, run_root: str | Path) -> float:
-    """resolve_trial_gpus for the grid of `cfg` on the run's activation stores (their widths and train rows);
-    without stores the need is unknown (0) and auto packs resources.max_per_gpu trials per GPU."""
-    from raybench.encoders.store import ActivationStore, StoreError
-    from raybench.sae.cells import build_cells
-
-    store = ActivationStore.for_run(run_root)
-    cells: list[Any] = []
-    n_train: dict[int, int] = {}
-    try:
-        dims = store.model_dims(cfg.protocol.grid.models)
-        cells = build_cells(cfg.protocol, dims)
-        for model, dim in dims.items():
-            rows = int(store.index(model, store.layers(model)[0]).get("splits", {}).get("train", 0))
-            n_train[dim.d] = max(n_train.get(dim.d, 0), rows)
-    except (StoreError, KeyError, OSError, ValueError):
-        pass
-    return resolve_trial_gpus(cfg.resources.trial_gpus, cells, cfg.protocol.sae.batch_size, run_root, cfg.resources,
-                              n_train)
 
 
 def with_encoder_gpus(enc_cfg: EncoderConfig, encoder: Any, x_shape: tuple[int, ...], run_root: str | Path | None,

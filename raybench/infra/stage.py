@@ -2,9 +2,11 @@
 declare their resources and setup beside the work they do).
 
 A stage names itself, the run-folder inputs it needs, answers whether its outputs already mark it complete,
-declares the resources one of its Ray workers asks for, and runs. The stages live beside the code they drive
-(`raybench.cohorts.stage`, `raybench.encoders.stage`, `raybench.sae.stage`, `raybench.analysis.stage`);
-`raybench.app.pipeline` only sequences them. A stage raises `RaybenchError`s for bad input, never click exceptions.
+and runs. Its Ray workers size their own CPU and GPU shares when they start, from the connected cluster
+(`raybench.infra.resources`): a share declared before the cluster is known would be a guess. The stages live
+beside the code they drive (`raybench.cohorts.stage`, `raybench.encoders.stage`, `raybench.sae.stage`,
+`raybench.analysis.stage`); `raybench.app.pipeline` only sequences them. A stage raises `RaybenchError`s for
+bad input, never click exceptions.
 """
 
 from __future__ import annotations
@@ -15,18 +17,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from raybench.core.config import RunConfig
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What one Ray worker of a stage asks for (a task, actor or trial); fractions share one device."""
-
-    cpus: float = 1.0
-    gpus: float = 0.0
-
-
-def _one_cpu(cfg: RunConfig) -> Resources:
-    return Resources()
 
 
 def _no_check(cfg: RunConfig) -> None:
@@ -40,7 +30,7 @@ class Stage:
     name: the progress display's label. inputs: run-folder parts (RunLayout attribute names) the stage reads.
     is_complete(cfg): the outputs that mark it complete exist and match cfg (the pipeline then skips it).
     run(cfg, remote): does the work on the local run folder (remote: the s3:// run it mirrors, or None) and
-    returns the progress display's summary line. resources(cfg): what one of its Ray workers declares.
+    returns the progress display's summary line.
     check(cfg): cheap validation of the stage's external inputs, run for every stage before Ray starts; raises
     a RaybenchError naming the file and the fix.
     """
@@ -49,5 +39,4 @@ class Stage:
     inputs: tuple[str, ...]
     is_complete: Callable[[RunConfig], bool]
     run: Callable[[RunConfig, str | None], str | None]
-    resources: Callable[[RunConfig], Resources] = _one_cpu
     check: Callable[[RunConfig], None] = _no_check

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -22,8 +24,8 @@ from raybench.core.atomic import write_table
 from raybench.core.config import ModelDims, RunConfig, to_dict
 from raybench.core.paths import RunLayout
 from raybench.core.privacy import failure_text, is_credentialed
-from raybench.encoders.store import ActivationStore
-from raybench.infra.resources import resolve_reuse_trial_processes, run_trial_gpus
+from raybench.encoders.store import ActivationStore, StoreError
+from raybench.infra.resources import resolve_reuse_trial_processes, resolve_trial_gpus
 from raybench.sae.cells import CellSpec, build_cells, group_trials
 from raybench.sae.cells_table import collect_cells_table
 from raybench.sae.grid_progress import GridProgress, progress_callback
@@ -161,3 +163,21 @@ def trial_errors(results, credentialed: bool) -> dict[str, str]:
             for stack in r.config.get("stacks", []):
                 errors[CellSpec(**stack[0]).stack_id] = reason
     return errors
+
+
+def run_trial_gpus(cfg: RunConfig, run_root: str | Path) -> float:
+    """resolve_trial_gpus for the grid of `cfg` on the run's activation stores (their widths and train rows);
+    without stores the need is unknown (0) and auto packs resources.max_per_gpu trials per GPU."""
+    store = ActivationStore.for_run(run_root)
+    cells: list[Any] = []
+    n_train: dict[int, int] = {}
+    try:
+        dims = store.model_dims(cfg.protocol.grid.models)
+        cells = build_cells(cfg.protocol, dims)
+        for model, dim in dims.items():
+            rows = int(store.index(model, store.layers(model)[0]).get("splits", {}).get("train", 0))
+            n_train[dim.d] = max(n_train.get(dim.d, 0), rows)
+    except (StoreError, KeyError, OSError, ValueError):
+        pass
+    return resolve_trial_gpus(cfg.resources.trial_gpus, cells, cfg.protocol.sae.batch_size, run_root, cfg.resources,
+                              n_train)

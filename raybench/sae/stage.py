@@ -8,7 +8,7 @@ from dataclasses import replace
 from raybench.core.config import RunConfig
 from raybench.core.errors import RaybenchError
 from raybench.core.paths import RunLayout
-from raybench.infra.stage import Resources, Stage
+from raybench.infra.stage import Stage
 
 
 class TrainError(RaybenchError, ValueError):
@@ -74,13 +74,4 @@ def train_summary(cfg: RunConfig, remote: str | None = None) -> str:
     return f"{ok}/{len(table)} cells ok"
 
 
-def train_resources(cfg: RunConfig) -> Resources:
-    """One trial: resources.trial_cpus and resources.trial_gpus (a fraction packs trials on one GPU; auto:
-    raybench.infra.resources)."""
-    from raybench.infra.resources import declared_gpus
-
-    return Resources(cpus=float(cfg.resources.trial_cpus), gpus=declared_gpus(cfg.resources.trial_gpus, cfg.resources))
-
-
-TRAIN_STAGE = Stage("train", inputs=("manifest", "activations_dir"), is_complete=train_complete, run=train_summary,
-                    resources=train_resources)
+TRAIN_STAGE = Stage("train", inputs=("manifest", "activations_dir"), is_complete=train_complete, run=train_summary)
