@@ -19,6 +19,8 @@ import numpy as np
 from scipy import stats
 from scipy.optimize import linear_sum_assignment
 
+from raybench.core.analysis_config import PANEL_VARIANTS
+
 
 @dataclass(frozen=True)
 class SyntheticSpec:
@@ -61,9 +63,7 @@ class SyntheticSpec:
 PAPER_SPEC = SyntheticSpec(d=768, n_features=16384, n_trees=128, branching=4, depth=3, n_records=8192)
 """SynthSAEBench-16k's structure (paper §5.1: 16,384 features, 128 trees of branching 4 and depth 3, 10,880 of
 them in trees). d = 768 is assumed (the paper's text does not give it); dense activations take n x F x 8 bytes."""
-VARIANTS = {"base": {}, "steep_zipf": {"zipf_exponent": 0.65, "rate_max": 0.5},
-            "correlated": {"n_correlated_pairs": 40, "rho": 0.85}}
-"""Variant synthetic models the panel's correlations are re-measured on (robustness, paper Appendix I)."""
+VARIANTS = PANEL_VARIANTS  # their one owner is the config (reliability.panel_variants is checked against it)
 
 
 def variant_spec(spec: SyntheticSpec, name: str) -> SyntheticSpec:

@@ -1,0 +1,198 @@
+"""The run config's sections for the audits that read a finished grid and change none of its results: the
+reliability audit, the provenance audit, experiment tracking and the feature dashboards. None is part of
+config_hash. `raybench.core.config` re-exports every name (the config's one entry point).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from raybench.core.protocol import ConfigError, check_positive, not_a_choice
+
+PANEL_VARIANTS: dict[str, dict[str, Any]] = {
+    "base": {}, "steep_zipf": {"zipf_exponent": 0.65, "rate_max": 0.5},
+    "correlated": {"n_correlated_pairs": 40, "rho": 0.85}}
+"""The reliability panel's synthetic models (raybench.analysis.reliability.ground_truth) by name, each as its
+overrides of the base spec: the correlations are re-measured on each (robustness, paper Appendix I)."""
+
+
+DIAGNOSTIC_SUPERCLASSES = ("NORM", "MI", "STTC", "CD", "HYP")
+"""PTB-XL's diagnostic superclasses (scp_statements.csv diagnostic_class): the provenance audit's targets."""
+
+
+@dataclass(frozen=True)
+class ReliabilityConfig:
+    """The metric reliability audit (docs/protocol.md §11; raybench.analysis.reliability). Not part of config_hash:
+    it reads a finished run and changes none of its results."""
+
+    enabled: bool = False
+    """Run the heavy parts (evaluation reseeds, ground-truth panel, snapshots through training, bias-corrected
+    intervals) as a step of `raybench analyze` / `grid`; `raybench reliability` runs them either way."""
+    cheap: bool = True
+    """Run the cheap parts (training-seed variance decomposition, interval-bias detection, |D|*_3 and the contrast
+    flags) in every analyze (about a second at demo scale)."""
+    reseeds: int = 5
+    """R: evaluation reseeds per sampled cell (selection subset, permutation floor)."""
+    sample_points: int = 2
+    """(depth, E) points sampled for the reseeds and the training curves; every model and seed at each."""
+    fractions: tuple[float, ...] = (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+    """Fractions of training at which snapshots are evaluated (all of them: the trend; post-warmup ones: the
+    variance shares and SNR, which need >= 6)."""
+    warmup_fraction: float = 0.25
+    """Snapshots at fractions >= this are post-warmup (docs/protocol.md §11.3)."""
+    panel_steps: tuple[int, ...] = (15, 40, 100, 250)
+    """Training steps of the ground-truth panel's SAEs (each combined with every panel E and k): 4 x 5 = 20
+    trained members at one width, the fewest over which a Spearman rho has power (docs/protocol.md §11.4)."""
+    panel_variants: tuple[str, ...] = ("base", "steep_zipf", "correlated")
+    """Synthetic models the panel is trained on (PANEL_VARIANTS); the first decides, the others test
+    robustness."""
+    panel_expansions: tuple[int, ...] = (2,)
+    """Expansions E of the panel's SAEs (synthetic d = 128, 192 true features); one width, as the paper's panel."""
+    panel_ks: tuple[int, ...] = (4, 8, 12, 16, 24)
+    """k of the panel's SAEs (the synthetic records have about 12 active features)."""
+    panel_seed: int = 0
+    """Seed of the synthetic activation model."""
+
+    def validate(self) -> None:
+        if self.reseeds < 2:
+            raise ConfigError(f"reliability.reseeds must be >= 2 (a standard deviation), got {self.reseeds}")
+        check_positive(self, "reliability", "sample_points")
+        if not self.fractions or any(not 0.0 <= f <= 1.0 for f in self.fractions) or 1.0 not in self.fractions:
+            raise ConfigError(f"reliability.fractions must lie in [0, 1] and include 1, got {list(self.fractions)}")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ConfigError(f"reliability.warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
+        if not self.panel_variants or any(v not in PANEL_VARIANTS for v in self.panel_variants):
+            raise ConfigError(f"reliability.panel_variants must be names among {sorted(PANEL_VARIANTS)}, got "
+                              f"{list(self.panel_variants)}")
+        for name in ("panel_steps", "panel_expansions", "panel_ks"):
+            if not getattr(self, name) or any(v < 1 for v in getattr(self, name)):
+                raise ConfigError(f"reliability.{name} must be a non-empty list of integers >= 1")
+
+
+@dataclass(frozen=True)
+class ProvenanceConfig:
+    """The provenance audit: Recover / Stress / Intervene / Verify per model x depth (docs/protocol.md §12).
+    Not part of config_hash: it reads the finished grid and changes none of its results."""
+
+    enabled: bool = False
+    """Run the audit as a step of `raybench analyze` / `grid` (`raybench provenance` runs it either way)."""
+    variables: tuple[str, ...] = ("device", "site")
+    """Provenance variables u audited, manifest columns (§12.1)."""
+    target: str = "NORM"
+    """Diagnostic superclass of the target y: y = 1 when a record carries it, else 0 (§12.1)."""
+    association_levels: tuple[float, ...] = (1.0, 0.5, 0.0, -0.5, -1.0)
+    """Stress regimes as exponents e of the natural odds ratio kappa (odds ratio kappa^e, both marginals fixed): 1
+    aligned, 0 independent, -1 reversed (§12.3)."""
+    ranks: tuple[int, ...] = (1, 2)
+    """Ranks p of the removed provenance component, all reported as a sweep (§12.4)."""
+    verdict_rank: int = 1
+    """The rank the verdict uses, fixed per modality (ECG: 1; §12.5); must be among `ranks`."""
+    folds: int = 5
+    """Patient-disjoint outer folds the estimates are averaged over (1: the run's own train / val / test split;
+    §12.1)."""
+    min_cell_records: int = 75
+    """Held-out records every (y, u) cell needs for the row to be audited (§12.1)."""
+    cell_support_sensitivity: bool = False
+    """Audit rows below `min_cell_records` anyway, labelled as a sensitivity analysis (§12.1)."""
+    device_grouping: Literal["raw", "family"] = "raw"
+    """`raw`: device strings as recorded; `family`: firmware variants grouped into device families (§12.1)."""
+    random_controls: int = 100
+    """Random projections matched in rank and removed energy that a removal must beat (§12.5)."""
+    epsilon: float = 0.01
+    """No reliance: the G interval lies within +-epsilon (§12.5)."""
+    delta: float = 0.01
+    """Largest utility loss a certified removal may cost: 95% lower bound of the AUROC change above -delta."""
+    draws: int = 200
+    """Patient-bootstrap draws of every interval."""
+    min_group_records: int = 20
+    """A provenance group needs this many records in train and in test (and every target class in each) to
+    be audited; smaller groups are left out and named (§12.1)."""
+    c_grid: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0)
+    """Inverse L2 strengths tried for every probe and head, chosen on the validation split."""
+    top_latents: int = 10
+    """SAE latents listed per model x depth x variable by univariate provenance LPI (§12.6)."""
+    flag_bits: float = 0.05
+    """A concept-selected latent is flagged only when its provenance LPI also reaches this many bits (§12.6)."""
+    seed: int = 20261201
+    """Seed of the bootstrap draws and the random controls."""
+
+    def validate(self) -> None:
+        if not self.variables or len(set(self.variables)) != len(self.variables):
+            raise ConfigError(f"provenance.variables must name distinct manifest columns, got {self.variables}")
+        if self.target not in DIAGNOSTIC_SUPERCLASSES:
+            raise not_a_choice("provenance.target", DIAGNOSTIC_SUPERCLASSES, self.target)
+        levels = self.association_levels
+        if 1.0 not in levels or -1.0 not in levels or any(not -1.0 <= a <= 1.0 for a in levels):
+            raise ConfigError(f"provenance.association_levels must lie in [-1, 1] and hold 1 (observed) and -1 "
+                              f"(reversed), got {levels}")
+        if not self.ranks or any(p < 1 for p in self.ranks):
+            raise ConfigError(f"provenance.ranks must be integers >= 1, got {self.ranks}")
+        if self.verdict_rank not in self.ranks:
+            raise ConfigError(f"provenance.verdict_rank ({self.verdict_rank}) must be one of provenance.ranks "
+                              f"{self.ranks}")
+        if self.device_grouping not in ("raw", "family"):
+            raise not_a_choice("provenance.device_grouping", ("raw", "family"), self.device_grouping)
+        if not self.c_grid or any(c <= 0 for c in self.c_grid):
+            raise ConfigError(f"provenance.c_grid must be positive numbers, got {self.c_grid}")
+        if self.epsilon < 0 or self.delta < 0 or self.flag_bits < 0:
+            raise ConfigError("provenance.epsilon, provenance.delta and provenance.flag_bits must be >= 0")
+        check_positive(self, "provenance", "random_controls", "draws", "min_group_records", "min_cell_records",
+                       "folds", "top_latents")
+
+
+@dataclass(frozen=True)
+class MLflowConfig:
+    """Where Tune's MLflow logger callback writes (raybench.tracking)."""
+
+    uri: str | None = None
+    """MLflow tracking URI; None: a local file store in <run>/mlruns."""
+    experiment: str | None = None
+    """MLflow experiment name; None: raybench-<config hash>."""
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """Experiment tracking of the SAE grid through Ray Tune's logger callbacks (raybench.tracking). Not part of
+    config_hash: it records training, it changes none of its results."""
+
+    tensorboard: bool = False
+    """TensorBoard event files in each Tune trial folder under <run>/tune/."""
+    mlflow: MLflowConfig | None = None
+    """MLflow runs (one per Tune trial); None: off. `mlflow: {}` logs to the run's local file store."""
+    log_every: int = 10
+    """SAE steps between two logged points of a cell's loss curves."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.tensorboard or self.mlflow is not None
+
+    def validate(self) -> None:
+        check_positive(self, "tracking", "log_every")
+
+
+@dataclass(frozen=True)
+class FeaturesConfig:
+    """Feature dashboards of the report (raybench.analysis.features). Not part of config_hash: they read the
+    finished grid and change none of its results."""
+
+    enabled: bool | None = None
+    """Render them in the analyze stage; None: yes for open cohorts, never for credentialed ones (MIMIC), whose
+    record-level waveforms must stay in the environment (`raybench features --out DIR` renders them locally)."""
+    expansion: int | None = None
+    """E of the dashboard cell; None: protocol.eval.calibration_expansion (8)."""
+    depth: float = 1.0
+    """Relative depth q of the dashboard cell (1.0: the final layer)."""
+    seed: int | None = None
+    """Seed of the dashboard cell; None: the lowest seed of the grid."""
+    top_records: int = 3
+    """Top-activating test records drawn per concept."""
+    contrast_records: int = 2
+    """Records drawn near the median and near zero activation, each."""
+    unexplained: int = 8
+    """Most frequently firing latents listed per model that no concept explains."""
+
+    def validate(self) -> None:
+        if not 0.0 <= self.depth <= 1.0:
+            raise ConfigError(f"features.depth must lie in [0, 1], got {self.depth}")
+        check_positive(self, "features", "top_records", "contrast_records", "unexplained")
