@@ -21,13 +21,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from raybench.core.atomic import atomic_path
+from raybench.core.models import LABELS
 
 METRICS = ("reconstruction", "accessibility", "coverage")
 METRIC_LABELS = {"reconstruction": "Reconstruction R²", "accessibility": "Accessibility (mean |r|)",
                  "coverage": "Coverage (|r| ≥ .20)", "val_r2": "Validation R²",
                  "val_dead_fraction": "Validation dead fraction", "dead_fraction": "Dead fraction"}
-MODEL_LABELS = {"csfm": "CSFM", "cardiac_fm": "CARDIAC-FM", "ecg_fm": "ECG-FM", "ecg_jepa": "ECG-JEPA",
-                "hubert_ecg": "HuBERT-ECG", "st_mem": "ST-MEM"}
 RC = {
     "svg.hashsalt": "raybench",  # fixed ids in SVG output
     "svg.fonttype": "none",  # text stays text in SVG (small, searchable)
@@ -57,7 +56,7 @@ class FigureSpec:
 
 
 def model_label(model: str) -> str:
-    return MODEL_LABELS.get(model, model)
+    return LABELS.get(model, model)
 
 
 def metric_label(metric: str) -> str:

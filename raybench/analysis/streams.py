@@ -33,12 +33,12 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from raybench.analysis.packed_stats import PatientStats, StatsError
+from raybench.core.models import PUBLISHED_NAMES
 
 STREAMS: tuple[str, ...] = ("published", "chunked")
 
 # raybench model / arm ids -> the names the published code hashes into the permutation-floor seeds
-PUBLISHED_MODEL_NAMES: dict[str, str] = {"cardiac_fm": "CARDIAC-FM", "csfm": "CSFM", "ecg_fm": "ECG-FM",
-                                         "ecg_jepa": "ECG-JEPA", "hubert_ecg": "HuBERT-ECG", "st_mem": "ST-MEM"}
+PUBLISHED_MODEL_NAMES: dict[str, str] = PUBLISHED_NAMES  # raybench.core.models
 PUBLISHED_ARMS: dict[str, str] = {"primary": "fixed_k_over_d", "sensitivity": "fixed_k_over_n"}
 
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from raybench.core.errors import RaybenchError
-
-MODELS: tuple[str, ...] = ("csfm", "cardiac_fm", "ecg_fm", "ecg_jepa", "hubert_ecg", "st_mem")
+from raybench.core.models import MODELS
 
 Sampler = Literal["per_step", "epoch"]
 """How training batches are drawn (docs/protocol.md §6.5): per_step (published) or epoch."""

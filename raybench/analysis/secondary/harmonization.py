@@ -36,6 +36,7 @@ from raybench.analysis.secondary.estimators import (
     temporal_harmonize,
 )
 from raybench.cohorts.panel import concept_families
+from raybench.core.models import WINDOW_SECONDS
 from raybench.core.sufficient_stats import patient_stats
 
 if TYPE_CHECKING:
@@ -45,16 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROTOCOLS = ("native", "lead", "temporal", "joint")
-# Seconds of signal each adapter's preprocessing keeps (its input window); an adapter may instead declare
-# `input_seconds`. The published profile of the wav2vec2-style and HuBERT adapters resamples the whole record.
-WINDOW_SECONDS: dict[tuple[str, str], float] = {
-    ("csfm", "native"): 10.0, ("csfm", "published"): 10.0,
-    ("cardiac_fm", "native"): 10.0, ("cardiac_fm", "published"): 10.0,
-    ("ecg_fm", "native"): 5.0, ("ecg_fm", "published"): 10.0,
-    ("ecg_jepa", "native"): 10.0, ("ecg_jepa", "published"): 10.0,
-    ("hubert_ecg", "native"): 5.0, ("hubert_ecg", "published"): 10.0,
-    ("st_mem", "native"): 9.0, ("st_mem", "published"): 9.0,
-}
 CACHE_VERSION = 1
 CONCEPT_CONTRAST_COLUMNS = ["model", "protocol", "concept", "family", "delta", "ci_low", "ci_high", "p_value",
                             "n_draws", "q_value_bh"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-BUILTIN = ("cardiac_fm", "csfm", "ecg_fm", "ecg_jepa", "hubert_ecg", "st_mem")
+from raybench.core.models import BUILTIN  # the registry: one line per built-in model
+
 IMPORT_ERRORS: dict[str, str] = {}
 
 

@@ -1,0 +1,50 @@
+"""The built-in encoders' registry: one line per model, and every other module asks it.
+
+Each entry holds what the rest of raybench needs to know about a built-in model besides its adapter: its id
+(the grid's model list, in this order), the label figures and the report show, the name the published code
+uses (it hashes that name into the permutation-floor seeds: docs/protocol.md §8), and the seconds of signal
+its preprocessing keeps under each profile (the harmonization audit crops to it: docs/protocol.md §9.2).
+The adapter itself is `raybench/encoders/models/<id>.py` (it registers the class); a seventh built-in encoder
+is that file plus one line here (docs/architecture.md §5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One built-in encoder. window_s: seconds of signal kept by the native and the published preprocessing
+    (the published profile of the wav2vec2-style and HuBERT adapters resamples the whole record)."""
+
+    name: str
+    label: str
+    published_name: str
+    native_window_s: float
+    published_window_s: float
+
+
+REGISTRY: tuple[ModelInfo, ...] = (
+    ModelInfo("csfm", "CSFM", "CSFM", 10.0, 10.0),
+    ModelInfo("cardiac_fm", "CARDIAC-FM", "CARDIAC-FM", 10.0, 10.0),
+    ModelInfo("ecg_fm", "ECG-FM", "ECG-FM", 5.0, 10.0),
+    ModelInfo("ecg_jepa", "ECG-JEPA", "ECG-JEPA", 10.0, 10.0),
+    ModelInfo("hubert_ecg", "HuBERT-ECG", "HuBERT-ECG", 5.0, 10.0),
+    ModelInfo("st_mem", "ST-MEM", "ST-MEM", 9.0, 9.0),
+)
+
+MODELS: tuple[str, ...] = tuple(m.name for m in REGISTRY)
+"""The grid's default model list (protocol.grid.models), in registry order."""
+BUILTIN: tuple[str, ...] = tuple(sorted(MODELS))
+"""The built-in adapters' ids (raybench.encoders.models), alphabetical."""
+LABELS: dict[str, str] = {m.name: m.label for m in REGISTRY}
+PUBLISHED_NAMES: dict[str, str] = {m.name: m.published_name for m in sorted(REGISTRY, key=lambda m: m.name)}
+WINDOW_SECONDS: dict[tuple[str, str], float] = {
+    (m.name, profile): seconds for m in REGISTRY
+    for profile, seconds in (("native", m.native_window_s), ("published", m.published_window_s))}
+
+
+def model_label(model: str) -> str:
+    """The display label of `model` (its id when it is not built in, e.g. a plugin encoder)."""
+    return LABELS.get(model, model)
