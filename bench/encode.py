@@ -110,7 +110,7 @@ def bench_one(manifest: Path, run: Path, spec, cfg, args) -> dict:
 
 
 def time_plain(manifest: Path, spec, batch_size: int) -> float:
-    from raybench.encoders.extract import plain_loop_activations
+    from raybench.encoders.reference import plain_loop_activations
 
     t = time.perf_counter()
     plain_loop_activations(manifest, spec, batch_size=batch_size)

@@ -116,7 +116,8 @@ def test_an_encoder_registered_at_run_time_reaches_the_ray_workers(tmp_path, ray
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
     from raybench.encoders.base import EncoderSpec
-    from raybench.encoders.extract import extract_activations, plain_loop_activations
+    from raybench.encoders.extract import extract_activations
+    from raybench.encoders.reference import plain_loop_activations
     from raybench.encoders.store import ActivationStore
 
     generate_synth_cohort(tmp_path / "cohort", 40, 20, seed=2)

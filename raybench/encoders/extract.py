@@ -18,15 +18,15 @@ resampled, a short record padded) travels as the record's notes into every layer
 `extract_models` runs several small encoders on CPU through one pipeline (MultiEncoderActor: each record read
 once, every model's preprocessing and encoder applied to it) and writes the same per-model stores; starting a
 pipeline and an actor pool per model costs more than encoding demo-size encoders (raybench.encoders.stage
-picks it for the demo size). `plain_loop_activations` is the single-process reference the Ray path must reproduce.
+picks it for the demo size).
+The batches stream into the stores through `raybench.encoders.sink`; `raybench.encoders.reference` is the
+single-process reference the Ray path must reproduce.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -35,10 +35,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from raybench.cohorts.waveforms import RecordError
 from raybench.core.config import EncoderConfig, ResourceConfig, layer_for_depth
 from raybench.encoders.actor import EncoderActor, MultiEncoderActor, actor_cpus, encode_states
-from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, worker_builder
+from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, fingerprint_key, worker_builder
 from raybench.encoders.loading import (
     MANIFEST_COLUMNS,
     Builder,
@@ -51,13 +50,13 @@ from raybench.encoders.loading import (
 )
 from raybench.encoders.preprocess import SignalError
 from raybench.encoders.roster import run_pipeline
-from raybench.encoders.store import QUARANTINE_COLUMNS, ActivationStore
-from raybench.infra import progress as live_progress
+from raybench.encoders.sink import Sink, check_counts, consume, say
+from raybench.encoders.store import ActivationStore
 from raybench.infra.resources import with_encoder_gpus
 
 __all__ = ["MANIFEST_COLUMNS", "Builder", "EncoderActor", "ExtractionError", "ManifestRecords", "actor_cpus",
            "encode_states", "extract_activations", "extract_models", "load_batch", "native_input",
-           "plain_loop_activations", "read_manifest_records", "split_sizes"]
+           "read_manifest_records", "split_sizes"]
 
 
 # ---------------------------------------------------------------- driver
@@ -78,7 +77,6 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
     """
     import ray
 
-    from raybench.encoders.stage import fingerprint_key
     from raybench.infra.ray_session import init_ray, quiet_ray_logs
 
     manifest = read_manifest_records(manifest_path)
@@ -107,13 +105,13 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
              "fingerprint_key": fingerprint_key(spec) if builder is None else None}
     writers = {layer: store.writer(spec.name, layer, n_layers=n_layers, d=d, manifest_hash=manifest.manifest_hash,
                                    fingerprint=fingerprint, capacity=capacity, extra=extra) for layer in todo}
-    sink = _Sink(spec.name, writers, todo, n_total)
+    sink = Sink(spec.name, writers, todo, n_total)
 
     def body(roster) -> tuple[pd.DataFrame, list[str]]:
         ds = _pipeline(manifest, spec, enc_cfg, todo, x_shape, builder, cpu_threads, shared, roster)
-        [quarantine] = _consume(ds, [sink], t0, progress)
+        [quarantine] = consume(ds, [sink], t0, progress)
         del ds
-        _check_counts(spec.name, writers[todo[0]], capacity, quarantine)
+        check_counts(spec.name, writers[todo[0]], capacity, quarantine)
         if len(quarantine):
             store.add_quarantine(spec.name, quarantine)
         return quarantine, [str(writers[layer].finalize()) for layer in todo]
@@ -134,7 +132,6 @@ def extract_models(manifest_path: str | os.PathLike, run_root: str | os.PathLike
     encoders.num_gpus resolves to a GPU share it falls back to that path. Returns one summary per spec."""
     import ray
 
-    from raybench.encoders.stage import fingerprint_key
     from raybench.infra.ray_session import init_ray, quiet_ray_logs
 
     manifest = read_manifest_records(manifest_path)
@@ -166,17 +163,17 @@ def extract_models(manifest_path: str | os.PathLike, run_root: str | os.PathLike
                                            "input_shape": list(x_shape),
                                            "fingerprint_key": fingerprint_key(spec) if builder is None else None})
                 for layer in todo} for spec, builder, _, todo, summary, x_shape in jobs]
-    sinks = [_Sink(job[0].name, w, job[3], n_total, f"{i}:") for i, (job, w) in enumerate(zip(jobs, writers,
+    sinks = [Sink(job[0].name, w, job[3], n_total, f"{i}:") for i, (job, w) in enumerate(zip(jobs, writers,
                                                                                                strict=True))]
     jobs = [(spec, builder, todo, x_shape) for spec, builder, _, todo, _, x_shape in jobs]  # drop the encoders
     t0 = time.perf_counter()
 
     def body(roster) -> tuple[list[pd.DataFrame], list[list[str]]]:
         ds = _multi_pipeline(manifest, enc_cfg, jobs, cpu_threads, shared, roster)
-        quarantines = _consume(ds, sinks, t0, progress)
+        quarantines = consume(ds, sinks, t0, progress)
         del ds
         for sink, quarantine in zip(sinks, quarantines, strict=True):
-            _check_counts(sink.name, sink.writers[sink.todo[0]], capacity, quarantine)
+            check_counts(sink.name, sink.writers[sink.todo[0]], capacity, quarantine)
         dirs = []
         for sink, quarantine in zip(sinks, quarantines, strict=True):
             if len(quarantine):
@@ -220,7 +217,7 @@ def _plan(manifest: ManifestRecords, store: ActivationStore, spec: EncoderSpec, 
     }
     if not todo:
         if progress:
-            _say(f"[encode] {spec.name}: all {len(wanted)} layer stores complete, skipped")
+            say(f"[encode] {spec.name}: all {len(wanted)} layer stores complete, skipped")
     elif manifest.df.empty:
         raise ExtractionError(f"manifest {manifest.path} has no records; check the cohort and its quarantine.csv")
     return encoder, todo, summary
@@ -237,87 +234,11 @@ def _finished(summary: dict[str, Any], n_total: int, n_layers_done: int, quarant
                    quarantine_reasons=quarantine["reason"].value_counts().to_dict() if len(quarantine) else {},
                    record_notes={text: len(ids) for text, ids in notes.items()})
     if progress:
-        _say(f"[encode] {name}: {n_ok} records ({len(quarantine)} quarantined) x {n_layers_done} layers in "
+        say(f"[encode] {name}: {n_ok} records ({len(quarantine)} quarantined) x {n_layers_done} layers in "
              f"{seconds:.1f}s, {n_total / seconds:.1f} rec/s on {', '.join(sorted(devices))}")
         for text, ids in sorted(notes.items(), key=lambda kv: -len(kv[1])):
-            _say(f"[encode] {name}: note on {len(ids)} records: {text}")
+            say(f"[encode] {name}: note on {len(ids)} records: {text}")
     return summary
-
-
-class _Sink:
-    """One model's share of the batch stream: its layer writers, quarantined rows, record notes and progress.
-    `prefix` picks its columns in a multi-model stream (MultiEncoderActor's "<i>:")."""
-
-    def __init__(self, name: str, writers: dict, todo: list[int], n_total: int, prefix: str = ""):
-        self.name, self.writers, self.todo, self.n_total, self.prefix = name, writers, todo, n_total, prefix
-        self.bad: list[pd.DataFrame] = []
-        self.notes: dict[str, list[int]] = {}
-        self.devices: set[str] = set()
-        self.seen = 0
-        self.key = f"encode:{name}"
-
-    def take(self, batch: dict[str, np.ndarray]) -> None:
-        p = self.prefix
-        ids, split = batch["ecg_id"], batch["split"].astype(str)
-        ok, states = batch[p + "ok"], batch[p + "states"]
-        for s in np.unique(split[ok]):
-            mask = ok & (split == s)
-            for j, layer in enumerate(self.todo):
-                self.writers[layer].append(s, ids[mask], states[mask, j])
-        for i in np.flatnonzero(ok):
-            for text in json.loads(batch[p + "notes"][i]):
-                self.notes.setdefault(text, []).append(int(ids[i]))
-        if not ok.all():
-            cols = {k: batch[k if k in ("ecg_id", "split", "path") else p + k][~ok] for k in QUARANTINE_COLUMNS}
-            self.bad.append(pd.DataFrame(cols))
-        self.devices.update(str(v) for v in np.unique(batch[p + "device"]))
-        self.seen += len(ids)
-
-    def close(self) -> pd.DataFrame:
-        """The quarantined rows; the writers get the notes."""
-        quarantine = (pd.concat(self.bad, ignore_index=True) if self.bad
-                      else pd.DataFrame(columns=list(QUARANTINE_COLUMNS)))
-        for writer in self.writers.values():
-            writer.set_notes(self.notes)
-        return quarantine
-
-
-def _consume(ds, sinks: list[_Sink], t0: float, progress: bool) -> list[pd.DataFrame]:
-    """Stream the pipeline's batches into every sink's layer writers in manifest order; returns each sink's
-    quarantine. Progress: records done/total per model on the live display, and a line every 30 s."""
-    last_id = -(2**63)
-    last_report = t0
-    display = live_progress.current()
-    for sink in sinks:
-        display.start(sink.key, f"encode {sink.name}", sink.n_total, "records")
-    for batch in ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1):
-        ids = batch["ecg_id"]
-        if len(ids) and (ids[0] <= last_id or np.any(np.diff(ids) <= 0)):
-            raise ExtractionError("Ray Data returned records out of manifest order; preserve_order was not honored")
-        if len(ids):
-            last_id = int(ids[-1])
-        for sink in sinks:
-            sink.take(batch)
-            display.update(sink.key, done=sink.seen)
-        now = time.perf_counter()
-        if progress and now - last_report > 30:
-            for sink in sinks:
-                _say(f"[encode] {sink.name}: {sink.seen}/{sink.n_total} records, {sink.seen / (now - t0):.1f} rec/s")
-            last_report = now
-    out = []
-    for sink in sinks:
-        quarantine = sink.close()
-        display.finish(sink.key, f"{len(quarantine)} quarantined" if len(quarantine) else None)
-        out.append(quarantine)
-    return out
-
-
-def _check_counts(name: str, first_writer, capacity: dict[str, int], quarantine: pd.DataFrame) -> None:
-    n_bad = quarantine["split"].astype(str).value_counts().to_dict()
-    for s, n in capacity.items():
-        if first_writer.count[s] + n_bad.get(s, 0) != n:
-            raise ExtractionError(f"{name}: split {s!r} got {first_writer.count[s]} rows + {n_bad.get(s, 0)} "
-                                  f"quarantined of {n} manifest records; the stream ended early")
 
 
 def _blocks(df: pd.DataFrame, batch_size: int) -> list[pd.DataFrame]:
@@ -415,45 +336,3 @@ def _probe_shape(encoder: ECGEncoder, rows: pd.DataFrame | pd.Series) -> tuple[i
             errors.append(f"{n} samples at {fs:g} Hz: {err.detail}")
     raise ExtractionError(f"{encoder.name}: no record rate/length in the manifest is one the model takes: "
                           + "; ".join(errors[:4]))
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------- reference
-
-def plain_loop_activations(manifest_path: str | os.PathLike, spec: EncoderSpec, layers: Sequence[int] | None = None,
-                           batch_size: int = 32, builder: Builder | None = None
-                           ) -> dict[int, dict[str, np.ndarray]]:
-    """Single-process reference: the same records (bad ones skipped), layers and order, no Ray."""
-    manifest = read_manifest_records(manifest_path)
-    encoder = (builder or build_encoder)(spec)
-    wanted = _resolve_layers(encoder.n_layers, layers, None, spec.name)
-    parts: dict[str, list[np.ndarray]] = {s: [] for s in split_sizes(manifest.df)}
-    xs: list[np.ndarray] = []
-    splits: list[str] = []
-
-    def flush() -> None:
-        if xs:
-            states = encode_states(encoder, np.stack(xs), wanted)
-            for s in set(splits):
-                parts[s].append(states[np.asarray(splits) == s])
-            xs.clear()
-            splits.clear()
-
-    x_shape = _probe_shape(encoder, manifest.df) if len(manifest.df) else None
-    for row in manifest.df.to_dict("records"):
-        try:
-            xs.append(native_input(manifest.root, row, encoder.preprocess, spec.name, x_shape=x_shape))
-        except RecordError:
-            continue
-        splits.append(row["split"])
-        if len(xs) == batch_size:
-            flush()
-    flush()
-    out: dict[int, dict[str, np.ndarray]] = {}
-    for j, layer in enumerate(wanted):
-        out[layer] = {s: (np.concatenate([p[:, j] for p in ps]) if ps else np.zeros((0, encoder.d), np.float32))
-                      for s, ps in parts.items()}
-    return out

@@ -32,36 +32,6 @@ def encoder_spec(cfg: RunConfig, model: str) -> EncoderSpec:
                        init_seed=enc.init_seed)
 
 
-def fingerprint_key(spec: EncoderSpec | SimpleNamespace) -> str | None:
-    """A cheap stand-in for a built-in encoder's fingerprint (which hashes its weights, so needs a build): the
-    spec, the checkpoint file's size and mtime, the adapters' and the builder's source and the versions of
-    the libraries that initialise weights. Stores record it beside the fingerprint, so a rerun's completeness
-    check reads the fingerprint from a store whose key matches instead of rebuilding six encoders. None for
-    encoders whose code lives outside raybench (plugins, run-time registrations): those are built."""
-    import hashlib
-    from importlib.metadata import PackageNotFoundError, version
-
-    from raybench.encoders.models import BUILTIN
-
-    if spec.name not in BUILTIN:
-        return None
-    h = hashlib.sha256(repr((spec.name, spec.size, spec.checkpoint, spec.profile, spec.init_seed)).encode())
-    if spec.checkpoint:
-        ck = Path(spec.checkpoint).expanduser()
-        st = ck.stat() if ck.exists() else None
-        h.update(repr((str(ck.resolve()), st and st.st_size, st and st.st_mtime_ns)).encode())
-    for lib in ("torch", "numpy", "transformers"):
-        try:
-            h.update(f"{lib}={version(lib)}".encode())
-        except PackageNotFoundError:
-            h.update(f"{lib}=-".encode())
-    here = Path(__file__).parent  # what the fingerprint hashes comes from the adapters and the build in base.py
-    for path in [here / "base.py", *sorted((here / "models").rglob("*.py"))]:
-        h.update(path.relative_to(here).as_posix().encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def _recorded_fingerprint(store, model: str, key: str | None) -> tuple[str, int] | None:
     """(fingerprint, n_layers) from any of `model`'s stores written under fingerprint key `key`."""
     if key is None:
@@ -81,6 +51,7 @@ def encode_complete(cfg: RunConfig) -> bool:
     The fingerprint comes from a store recording the same `fingerprint_key`, else from building the encoder."""
     from raybench.cohorts.manifest import ManifestError, load_manifest
     from raybench.core.config import audited_layers
+    from raybench.encoders.base import fingerprint_key  # base imports torch: only when a stage runs
     from raybench.encoders.store import ActivationStore
 
     layout = RunLayout.at(cfg.run_dir)

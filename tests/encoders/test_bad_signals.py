@@ -23,9 +23,10 @@ from torch import nn
 from raybench.cohorts.waveforms import RecordError, read_record
 from raybench.core.config import EncoderConfig
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, freeze
-from raybench.encoders.extract import extract_activations, plain_loop_activations
+from raybench.encoders.extract import extract_activations
 from raybench.encoders.loading import native_input
 from raybench.encoders.preprocess import crop_or_pad_start, resample
+from raybench.encoders.reference import plain_loop_activations
 from raybench.encoders.store import ActivationStore
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this module

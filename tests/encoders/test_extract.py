@@ -22,9 +22,9 @@ from raybench.encoders.extract import (
     ExtractionError,
     extract_activations,
     extract_models,
-    plain_loop_activations,
     read_manifest_records,
 )
+from raybench.encoders.reference import plain_loop_activations
 from raybench.encoders.store import ActivationStore
 
 # Ray workers cannot import this test module: ship its encoder classes by value.
