@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from raybench.analysis import bootstrap as bs
-from raybench.analysis.packed_stats import pack_patient_stats
-from raybench.analysis.streams import patient_counts
+from raybench.analysis.inference import bootstrap as bs
+from raybench.analysis.inference.packed_stats import pack_patient_stats
+from raybench.analysis.inference.streams import patient_counts
 from raybench.core.sufficient_stats import patient_stats
 
 # ---------------------------------------------------------------- memory (PSS of our process tree)

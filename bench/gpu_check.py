@@ -271,8 +271,8 @@ def torch_patient_bootstrap(stats, n_draws: int, seed: int, chunk_draws: int, de
     chunk and cell block in torch on `device`; the metrics from the weighted sums as in raybench."""
     import torch
 
-    from raybench.analysis.packed_stats import CONSTANT_RTOL_F32, metrics_from_weighted
-    from raybench.analysis.streams import n_chunks, patient_counts
+    from raybench.analysis.inference.packed_stats import CONSTANT_RTOL_F32, metrics_from_weighted
+    from raybench.analysis.inference.streams import n_chunks, patient_counts
     from raybench.core.sufficient_stats import CONSTANT_RTOL
 
     y = torch.from_numpy(np.ascontiguousarray(stats.y_matrix)).to(device)
@@ -294,7 +294,7 @@ def _packed(n_cells: int, n_patients: int, n_records: int, n_concepts: int, bloc
     sys.path.insert(0, str(BENCH))
     from bootstrap import Synthetic  # bench/bootstrap.py: record-level synthetic data per cell
 
-    from raybench.analysis.packed_stats import pack_patient_stats
+    from raybench.analysis.inference.packed_stats import pack_patient_stats
 
     data = Synthetic(n_patients, n_records, n_concepts)
     items = ((f"synthetic cell {c}", data.stats(c)) for c in range(n_cells))
@@ -304,7 +304,7 @@ def _packed(n_cells: int, n_patients: int, n_records: int, n_concepts: int, bloc
 def part_bootstrap(args: argparse.Namespace, device: str) -> dict:
     import torch
 
-    from raybench.analysis.bootstrap import patient_bootstrap
+    from raybench.analysis.inference.bootstrap import patient_bootstrap
 
     small = _packed(12, 150, 180, 49, 5)
     cpu = patient_bootstrap(small, 300, 1234, 100)

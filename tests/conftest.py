@@ -81,9 +81,9 @@ def pytest_collection_modifyitems(config, items):
 
 # modules whose tests run longest (whole seconds on the 2-core box, two workers: --durations), started first
 LONG_MODULES = ("tests/sae/test_grid_elastic.py",  # ~190: clusters with nodes added and killed, a killed driver
-                "tests/test_remote_run.py",  # ~90: a two-node `ray start` cluster, Ray Jobs, S3
-                "tests/test_autoscaling.py",  # ~100-200: Ray's autoscaler adds GPU workers from zero, removes them
-                "tests/test_discrimination.py", "tests/test_progress.py", "tests/test_gpu_check.py",
+                "tests/app/test_remote_run.py",  # ~90: a two-node `ray start` cluster, Ray Jobs, S3
+                "tests/infra/test_autoscaling.py",  # ~100-200: the autoscaler adds GPU workers from zero, removes them
+                "tests/test_discrimination.py", "tests/infra/test_progress.py", "tests/test_gpu_check.py",
                 "tests/analysis/secondary/test_calibration.py", "tests/test_bench.py")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from raybench.analysis.audit import cell_label, expected_cells
+from raybench.analysis.release_audit.run import cell_label, expected_cells
 from raybench.core.atomic import write_table, write_text
 from raybench.core.config import GridProtocol, Protocol, demo_run, k_for, layer_for_depth, to_dict
 from raybench.core.paths import RunLayout
@@ -34,7 +34,7 @@ PUBLISHED = {  # docs/protocol.md §10.1 (PTB-XL AUCs), only to fill the fake `p
 }
 TABLES = ("cells", "profiles", "contrasts", "curves", "rank_stability", "crossed", "depth_scale", "sensitivity",
           "reproducibility", "concepts", "arm", "missing",
-          # the paper analyses (raybench.analysis.paper_analyses)
+          # the paper analyses (raybench.analysis.atlas.paper_analyses)
           "fidelity_gate", "fidelity_gate_models", "crossed_contrasts", "arm_rank_agreement", "arm_differences",
           "arm_auc_differences", "reproducibility_pairs", "reproducibility_auc", "dead_fraction", "dead_fraction_auc",
           "dead_fraction_rank_stability")
@@ -261,7 +261,7 @@ def _arm(cells: pd.DataFrame) -> pd.DataFrame:
 
 def _paper_tables(protocol: Protocol, out: dict[str, pd.DataFrame], rng: np.random.Generator,
                   cohort_kind: str) -> dict[str, pd.DataFrame]:
-    from raybench.analysis import paper_analyses as pa
+    from raybench.analysis.atlas import paper_analyses as pa
     from raybench.analysis.completeness import attach, counts, finish, grid_frame, sum_of
 
     g = protocol.grid
@@ -325,8 +325,8 @@ def _paper_tables(protocol: Protocol, out: dict[str, pd.DataFrame], rng: np.rand
 
 
 def harmonization_concepts(models, rng) -> pd.DataFrame:
+    from raybench.analysis.inference.stats import benjamini_hochberg
     from raybench.analysis.secondary.harmonization import CONCEPT_CONTRAST_COLUMNS
-    from raybench.analysis.stats import benjamini_hochberg
 
     rows = [(m, p, f"{fam.lower()}_{i}", fam, d, d - .01, d + .01, float(min(1.0, 0.002 + abs(d) * 40)), 200)
             for m in models for p in ("lead", "temporal", "joint") for fam, n in FAMILIES.items() for i in range(n)

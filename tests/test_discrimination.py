@@ -69,7 +69,7 @@ def _config(run_dir) -> RunConfig:
 
 @pytest.mark.slow
 def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray_cluster):
-    from raybench.analysis.tables import analyze_run
+    from raybench.analysis.atlas.run import analyze_run
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
     from raybench.core.config import audited_layers

@@ -39,7 +39,7 @@ def test_max_overlap():
 
 
 def test_torch_bootstrap_matches_raybench_cpu_bootstrap(ray_cluster):
-    from raybench.analysis.bootstrap import patient_bootstrap
+    from raybench.analysis.inference.bootstrap import patient_bootstrap
 
     stats = gpu_check._packed(7, 40, 55, 5, 3)  # 3 cell blocks, the last one short
     want = patient_bootstrap(stats, 120, 99, 50)  # 3 chunks, the last one short

@@ -26,7 +26,7 @@ def resolve_config(run_dir: str, config_path: str | None) -> RunConfig:
 
 
 def _local_dir(run_dir: str) -> Path:
-    from raybench.analysis.analyze_stage import local_run_dir
+    from raybench.analysis.stage import local_run_dir
 
     return local_run_dir(run_dir)
 
@@ -57,9 +57,8 @@ def analyze(run_dir: str, config_path: str | None, num_workers: int | None, stri
     from raybench.analysis.stage import run_analyze_stage
 
     result = run_analyze_stage(cfg, num_workers=num_workers, allow_incomplete=allow_incomplete)
-    click.echo(f"tables: {', '.join(sorted(result.tables))}")
-    if result.secondary:
-        click.echo(f"secondary tables: {', '.join(sorted(result.secondary))}")
+    for name, tables in result.tables.items():
+        click.echo(f"{name} tables: {', '.join(sorted(tables)) or '-'}")
     _echo_rendered(result.rendered, root)
     _exit_on_audit(root, strict)
 
@@ -84,7 +83,7 @@ def report(run_dir: str, strict: bool, verbose: bool) -> None:
 
 
 def _exit_on_audit(root: Path, strict: bool) -> None:
-    from raybench.analysis.audit import read_audit
+    from raybench.analysis.release_audit.run import read_audit
 
     audit = read_audit(root)
     if strict and (audit is None or not audit.get("passed")):

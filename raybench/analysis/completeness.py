@@ -33,7 +33,7 @@ class IncompleteGridError(AnalysisError):
 
 def missing_ids(missing: pd.DataFrame) -> list[str]:
     """Cell ids of the missing table's rows (grid points with no row get the SAE stage's id for them)."""
-    from raybench.analysis.audit import cell_label
+    from raybench.analysis.release_audit.run import cell_label
 
     return [str(r.cell_id) if str(r.cell_id) else cell_label(r.model, r.q, r.expansion, r.seed, r.arm)
             for r in missing.itertuples(index=False)]

@@ -1,27 +1,28 @@
 """The analyze stage: one sequence, run by `raybench analyze` and by `raybench grid` alike.
 
-    tables (Ray bootstraps) -> secondary analyses -> figures -> release audit -> report.html
+    every enabled analysis' run, in registry order (Ray bootstraps and tasks) -> every render (figures drawn
+    from the tables, the release audit) -> report.html
 
-`run_analyze_stage` is the only place that sequence is written; `raybench report` redraws the last three
-steps (`render_outputs`) without recomputing anything.
+`run_analyze_stage` is the only place that sequence is written; `raybench report` runs the last two steps
+(`render_outputs`) without recomputing anything. The analysis code is imported only when the stage runs, so the
+stage sequence (raybench.app.pipeline) stays cheap to import.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from raybench.analysis.audit import AuditResult, release_audit
-from raybench.analysis.features.render import write_dashboards
-from raybench.analysis.figures import make_figures
-from raybench.analysis.report import render_report
-from raybench.analysis.secondary.run import run_secondary
-from raybench.analysis.tables import analyze_run
 from raybench.core.config import Protocol, RunConfig
 from raybench.core.paths import RunLayout
-from raybench.infra import progress, ray_session
+from raybench.infra.stage import Stage
+
+if TYPE_CHECKING:
+    from raybench.analysis.release_audit.run import AuditResult
 
 
 @dataclass(frozen=True)
@@ -35,50 +36,99 @@ class Rendered:
 
 @dataclass(frozen=True)
 class AnalyzeResult:
-    """What the analyze stage wrote: the analysis tables, the secondary analyses' tables, and the rendering."""
+    """What the analyze stage wrote: each analysis' tables (by analysis name) and the rendering."""
 
-    tables: dict[str, pd.DataFrame]
-    secondary: dict[str, pd.DataFrame]
+    tables: dict[str, dict[str, pd.DataFrame]]
     rendered: Rendered
 
     def summary(self) -> str:
         """One line for the pipeline's progress display."""
         audit = self.rendered.audit
-        return (f"{len(self.tables) + len(self.secondary)} tables, {len(self.rendered.figures)} figures; "
+        n = sum(len(t) for t in self.tables.values())
+        return (f"{n} tables, {len(self.rendered.figures)} figures; "
                 f"audit: {audit.summary if audit is not None else 'not run'}")
 
 
-def render_outputs(root: str | Path, protocol: Protocol | None) -> Rendered:
-    """Figures from the tables, the release audit against `protocol` (kept as it is when None), report.html."""
-    figures = make_figures(root)
-    write_dashboards(root, protocol)  # figures/dashboards/ (open cohorts only; raybench.analysis.features)
-    audit = release_audit(root, protocol) if protocol is not None else None
+def render_outputs(root: str | Path, protocol: Protocol | None, parallel: bool | None = None) -> Rendered:
+    """Every analysis' figures from the tables, the release audit against `protocol` (audit.json kept as it is
+    when None), report.html."""
+    from raybench.analysis.api import RenderInputs
+    from raybench.analysis.registry import ANALYSES
+    from raybench.analysis.release_audit.run import AuditResult, read_audit
+    from raybench.analysis.report.render import render_report
+
+    inp = RenderInputs(RunLayout.at(root).root, protocol, parallel)
+    written: list[Path] = []
+    for analysis in ANALYSES:
+        if analysis.render is not None:
+            written += analysis.render(inp)
+    figures = [p for p in written if p.suffix in (".png", ".svg")]
+    recorded = read_audit(root) if protocol is not None else None
+    audit = AuditResult.from_dict(recorded) if recorded is not None else None
     return Rendered(figures, audit, render_report(root))
 
 
 def run_analyze_stage(cfg: RunConfig, num_workers: int | None = None, allow_incomplete: bool = False) -> AnalyzeResult:
-    """Analyze the finished run in cfg.run_dir (a local folder): every table, the secondary analyses, figures,
-    audit and report. Raises analysis.completeness.IncompleteGridError for an incomplete grid unless
-    allow_incomplete. num_workers caps concurrent bootstrap tasks (results do not depend on it)."""
+    """Analyze the finished run in cfg.run_dir (a local folder): every enabled analysis, then figures, audit and
+    report. Raises analysis.completeness.IncompleteGridError for an incomplete grid unless allow_incomplete.
+    num_workers caps concurrent Ray tasks (results do not depend on it)."""
+    from raybench.analysis.api import RunInputs
+    from raybench.analysis.registry import ANALYSES
+    from raybench.infra import progress, ray_session
+
     root = RunLayout.at(cfg.run_dir).root
     ray_session.init_ray(cfg.resources)
-    shown = progress.current()  # the run's live display: steps done, tables and figures written
-    shown.start("analyze", "analyze steps", 3, "steps")
-    tables = analyze_run(root, cfg.protocol, num_workers=num_workers, cohort_kind=cfg.cohort.kind,
-                         allow_incomplete=allow_incomplete)
-    shown.update("analyze", done=1, info=f"{len(tables)} tables written")
-    secondary = run_secondary(root, cfg.protocol, cfg)
-    shown.update("analyze", done=2, info=f"{len(tables) + len(secondary)} tables written; figures, audit, report")
-    if cfg.provenance.enabled:  # the provenance audit (docs/protocol.md §12)
-        from raybench.analysis.provenance_audit.run import run_provenance
-
-        secondary.update(run_provenance(root, cfg))
-    if cfg.reliability.enabled or cfg.reliability.cheap:  # the metric reliability audit (docs/protocol.md §11)
-        from raybench.analysis.reliability.run import run_reliability
-
-        run_reliability(root, cfg.protocol, cfg.reliability, heavy=cfg.reliability.enabled, num_workers=num_workers)
+    todo = [a for a in ANALYSES if a.run is not None and a.enabled(cfg)]
+    shown = progress.current()  # the run's live display: analyses done, tables and figures written
+    shown.start("analyze", "analyze steps", len(todo) + 1, "steps")
+    inp = RunInputs(root, cfg, num_workers, allow_incomplete)
+    tables: dict[str, dict[str, pd.DataFrame]] = {}
+    for i, analysis in enumerate(todo, 1):
+        tables[analysis.name] = dict(analysis.run(inp))
+        n = sum(len(t) for t in tables.values())
+        shown.update("analyze", done=i, info=f"{n} tables written" + ("; figures, audit, report" if i == len(todo)
+                                                                        else ""))
     shown.finish("bootstrap")
     rendered = render_outputs(root, cfg.protocol)
-    shown.update("analyze", done=3)
-    shown.finish("analyze", f"{len(tables) + len(secondary)} tables, {len(rendered.figures)} figures written")
-    return AnalyzeResult(tables, secondary, rendered)
+    n = sum(len(t) for t in tables.values())
+    shown.update("analyze", done=len(todo) + 1)
+    shown.finish("analyze", f"{n} tables, {len(rendered.figures)} figures written")
+    return AnalyzeResult(tables, rendered)
+
+
+# ---------------------------------------------------------------- the Stage of `raybench grid`
+
+def local_run_dir(run_dir: str) -> Path:
+    """The local run folder `raybench analyze` / `report` read (an AnalysisError for a remote or missing one)."""
+    from raybench.analysis.completeness import AnalysisError
+
+    if "://" in run_dir:
+        raise AnalysisError(f"--run-dir {run_dir}: figures and the report need a local run folder; copy it first "
+                            f"(e.g. `aws s3 sync {run_dir} runs/local`) and pass that folder")
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise AnalysisError(f"--run-dir {run_dir} is not a folder: give the run folder written by `raybench grid`")
+    return path
+
+
+def analyze_complete(cfg: RunConfig) -> bool:
+    """report.html exists and is newer than the cells table."""
+    layout = RunLayout.at(cfg.run_dir)
+    if not layout.cells_table.exists():
+        return False
+    return layout.report.exists() and layout.report.stat().st_mtime >= layout.cells_table.stat().st_mtime
+
+
+def analyze_run(cfg: RunConfig, remote: str | None = None, allow_incomplete: bool = False) -> str:
+    """Run the analyze stage; an incomplete grid raises analysis.completeness.IncompleteGridError (a
+    RaybenchError) unless allow_incomplete."""
+    return run_analyze_stage(cfg, allow_incomplete=allow_incomplete).summary()
+
+
+def analyze_stage(allow_incomplete: bool = False) -> Stage:
+    """The analyze stage; allow_incomplete analyzes a grid with missing or failed cells (see `raybench analyze`)."""
+    run = functools.partial(analyze_run, allow_incomplete=True) if allow_incomplete else analyze_run
+    return Stage("analyze", inputs=("cells_table",), is_complete=analyze_complete, run=run)
+
+
+ANALYZE_STAGE = analyze_stage()

@@ -193,9 +193,9 @@ def cell_cis(stats_path: Path, n_draws: int, seed: int, chunk_draws: int, thresh
              ci: tuple[float, float] = (2.5, 97.5)) -> dict[str, tuple[float, float, float]]:
     """Test R^2, accessibility and coverage of one cell with patient-bootstrap percentile CIs, from its
     patient_stats.npz (raybench.core.sufficient_stats) and the run's chunked patient stream
-    (raybench.analysis.streams.patient_counts): metric -> (point, low, high)."""
-    from raybench.analysis.stats import percentile_ci
-    from raybench.analysis.streams import n_chunks, patient_counts
+    (raybench.analysis.inference.streams.patient_counts): metric -> (point, low, high)."""
+    from raybench.analysis.inference.stats import percentile_ci
+    from raybench.analysis.inference.streams import n_chunks, patient_counts
     from raybench.core.sufficient_stats import pearson_from_parts
 
     with np.load(stats_path) as f:

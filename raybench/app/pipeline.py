@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import click
 
-from raybench.analysis.analyze_stage import ANALYZE_STAGE, analyze_stage
+from raybench.analysis.stage import ANALYZE_STAGE, analyze_stage
 from raybench.cohorts.stage import COHORT_STAGE, MANIFEST_STAGE
 from raybench.core.config import RunConfig, load_run_config
 from raybench.core.paths import RunLayout

@@ -70,7 +70,7 @@ class RunLayout:
 
     @property
     def randomness_dir(self) -> Path:
-        """Seeds, streams and index files of the evaluation's random draws (raybench.analysis.randomness)."""
+        """Seeds, streams and index files of the evaluation's random draws (raybench.analysis.inference.randomness)."""
         return self.root / "randomness"
 
     @property

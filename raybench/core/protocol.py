@@ -241,7 +241,7 @@ class InferenceProtocol:
     """Arithmetic of the bootstrap matrix products. float64 is exact; float32 is ~2x faster with |error in r|
     ~1e-6 (a coverage flag can flip only for an |r| within ~1e-6 of the threshold). Published: float64."""
     stream: Stream = "published"
-    """Random streams of the bootstraps and the permutation floor (raybench.analysis.streams). published: the
+    """Random streams of the bootstraps and the permutation floor (raybench.analysis.inference.streams). published: the
     protocol code's generator calls, seeds and draw order (patient draws made in order on the driver); chunked:
     one SeedSequence child per chunk, drawn inside the Ray task. Both are worker-count independent (§8.6)."""
 

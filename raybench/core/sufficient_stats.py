@@ -1,7 +1,7 @@
 """Sufficient statistics shared by evaluation and analysis: per-patient sums and Pearson r from sums.
 
 One implementation, used by the SAE evaluation (raybench.sae.evaluate: coordinate selection, val/test r, the
-cell's patient_stats.npz), the patient bootstrap (raybench.analysis.bootstrap: r of every draw from reweighted
+cell's patient_stats.npz), the patient bootstrap (raybench.analysis.inference.bootstrap: r of every draw from reweighted
 sums) and the secondary analyses (single-coordinate readouts and their bootstraps). It imports nothing from
 raybench, so every layer of cohorts -> encoders -> sae -> analysis may use it without an import running back up.
 

@@ -21,7 +21,7 @@ import torch
 from test_mimic import SUBJECTS, write_mimic_fixture, write_mimic_record
 from test_waveform_concepts import make_record
 
-from raybench.analysis.packed_stats import pack_patient_stats
+from raybench.analysis.inference.packed_stats import pack_patient_stats
 from raybench.cohorts.extractor_published import measure_record_published, published_concepts
 from raybench.cohorts.extractor_refined import concepts_from_points, measure_record
 from raybench.cohorts.manifest import complete_case_counts, load_manifest, standardize, write_manifest

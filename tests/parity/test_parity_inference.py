@@ -23,17 +23,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raybench.analysis import bootstrap as bs
-from raybench.analysis import stats as st
-from raybench.analysis import streams
-from raybench.analysis.metrics import (
+from raybench.analysis.inference import bootstrap as bs
+from raybench.analysis.inference import stats as st
+from raybench.analysis.inference import streams
+from raybench.analysis.inference.metrics import (
     auc_weights,
     matched_cosine,
     reproducibility,
     subspace_overlap,
     trapezoid_auc,
 )
-from raybench.analysis.packed_stats import pack_patient_stats
+from raybench.analysis.inference.packed_stats import pack_patient_stats
 from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import batch_topk_codes, random_directions
 from raybench.core.config import demo_protocol, paper_protocol

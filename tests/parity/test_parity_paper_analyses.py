@@ -1,4 +1,4 @@
-"""Parity of the paper analyses (raybench.analysis.paper_analyses) with the published protocol code (issue 11).
+"""Parity of the paper analyses (raybench.analysis.atlas.paper_analyses) with the published protocol code (issue 11).
 
 - sparsity arms: paper_sensitivity.{npz,json}, written by make_fixtures_paper_analyses.py running the published
   scripts/analyze_multiscale_sae_sparsity_sensitivity.py (see README.md). Same draws, same arithmetic: the
@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raybench.analysis import bootstrap as bs
-from raybench.analysis import paper_analyses as pa
-from raybench.analysis import streams
+from raybench.analysis.atlas import paper_analyses as pa
+from raybench.analysis.inference import bootstrap as bs
+from raybench.analysis.inference import streams
 
 HERE = Path(__file__).resolve().parent
 SEED = 20260714

@@ -269,7 +269,7 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
 # ---------------------------------------------------------------- retries exhausted
 
 def test_a_trial_that_exhausts_its_retries_is_failed_in_the_table_and_the_audit(encoded, tmp_path):
-    from raybench.analysis.audit import release_audit
+    from raybench.analysis.release_audit.run import release_audit
     from raybench.encoders.store import ActivationStore
     from raybench.sae.cells import build_cells, group_trials
     from raybench.sae.grid import run_grid

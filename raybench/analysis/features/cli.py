@@ -49,7 +49,7 @@ def features(run_dir: str, model: str, concept: str, out: str | None, fmt: str, 
     """Draw the dashboard of one concept's selected latent: top, median and zero-activation test records on ECG
     paper, the activation histogram and the scatter against the concept with r."""
     from raybench.analysis.features.dashboards import Choice, FeaturesError, model_view
-    from raybench.analysis.features.render import (
+    from raybench.analysis.features.figures import (
         dashboard_figure,
         features_config,
         record_loader,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from raybench.analysis.features.render import KIND_LABELS, dashboards_enabled, read_index
-from raybench.analysis.report_sections import Context, Section
+from raybench.analysis.api import Context, Section
+from raybench.analysis.features.figures import KIND_LABELS, dashboards_enabled, read_index
 
 PREFIX = "figures/dashboards/"
 
@@ -129,4 +129,4 @@ def features_body(ctx: Context) -> str:
     return "\n".join(out)
 
 
-SECTION = Section("features", "Feature dashboards", body=features_body)
+SECTIONS = (Section("features", "Feature dashboards", body=features_body),)

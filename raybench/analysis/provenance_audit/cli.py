@@ -20,7 +20,7 @@ def provenance(run_dir: str, config_path: str | None, target: str | None) -> Non
 
     from raybench.analysis.cli import resolve_config
     from raybench.analysis.provenance_audit.run import run_provenance
-    from raybench.analysis.report import render_report
+    from raybench.analysis.report.render import render_report
 
     cfg = resolve_config(run_dir, config_path)
     if target is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.plotting import RC, error_bars, model_label, save_figure
+from raybench.analysis.report.plotting import RC, error_bars, model_label, save_figure
 
 CAPTIONS = {
     "provenance_lpi": "Recover: bits of provenance per record a calibrated probe recovers from each depth (LPI, "

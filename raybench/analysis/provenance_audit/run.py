@@ -180,10 +180,10 @@ def blocks(root: Path, cfg: RunConfig) -> list[tuple[str, float, int, str | None
 
 
 def run_provenance(root: str | Path, cfg: RunConfig) -> dict[str, pd.DataFrame]:
-    """Audit every model x depth as Ray tasks, write the tables and figures; returns the tables."""
+    """Audit every model x depth as Ray tasks and write the tables (figures: figures.py, drawn at render);
+    returns the tables."""
     import ray
 
-    from raybench.analysis.provenance_audit.figures import make_provenance_figures
     from raybench.core.atomic import write_table
     from raybench.core.paths import RunLayout
     from raybench.core.privacy import is_credentialed
@@ -209,6 +209,5 @@ def run_provenance(root: str | Path, cfg: RunConfig) -> dict[str, pd.DataFrame]:
             df = df.sort_values([c for c in KEYS if c in df.columns], kind="stable").reset_index(drop=True)
             tables[name] = df
         write_table(layout.tables_dir / f"{name}.parquet", df)
-    make_provenance_figures(tables, layout.figures_dir)
     log.info("provenance audit: %d blocks in %.1fs", len(todo), time.perf_counter() - t0)
     return tables

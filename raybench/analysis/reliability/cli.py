@@ -12,10 +12,10 @@ import click
 def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None:
     """How far each metric can be trusted: reseeds, seed variance, ground truth, training curves, verdicts; then
     re-render report.html."""
-    from raybench.analysis.analyze_stage import local_run_dir
     from raybench.analysis.cli import resolve_config
     from raybench.analysis.reliability.run import run_reliability
-    from raybench.analysis.report import render_report
+    from raybench.analysis.report.render import render_report
+    from raybench.analysis.stage import local_run_dir
     from raybench.infra import ray_session
 
     root = local_run_dir(run_dir)
@@ -27,5 +27,8 @@ def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None
 
     click.echo(closing_note(rel))
     click.echo("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()))
-    click.echo(f"tables: {len(res.tables)} in {root / 'tables'}; figures: {len(res.figures)}; "
+    from raybench.analysis.reliability.figures import make_reliability_figures
+
+    figures = make_reliability_figures(root)
+    click.echo(f"tables: {len(res.tables)} in {root / 'tables'}; figures: {len(figures)}; "
                f"report: {render_report(root)}")

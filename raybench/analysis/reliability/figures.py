@@ -1,5 +1,5 @@
-"""The audit's figures (PNG + SVG through raybench.analysis.plotting, byte-identical on rerun): variance shares per
-metric, raybench metrics against ground truth on the synthetic panel, metrics through training."""
+"""The audit's figures (PNG + SVG through raybench.analysis.report.plotting, byte-identical on rerun): variance
+shares per metric, raybench metrics against ground truth on the synthetic panel, metrics through training."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from raybench.analysis.plotting import RC, load_tables, panel_grid, save_figure
+from raybench.analysis.report.plotting import RC, load_tables, panel_grid, save_figure
 from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)

@@ -97,11 +97,11 @@ def _metric_of(table: str, df: pd.DataFrame, i: int) -> str:
 def profile_intervals(root, protocol, num_workers: int | None = None) -> pd.DataFrame:
     """The profiles' percentile, BCa, basic and bias-shifted intervals from the analysis' own bootstrap draws, the
     bootstrap bias and the Monte Carlo sd of the percentile ends (the bootstrap stream's reseed noise)."""
-    from raybench.analysis import stats as st
-    from raybench.analysis.bootstrap import patient_bootstrap
-    from raybench.analysis.packed_stats import METRIC_NAMES, load_packed_stats
+    from raybench.analysis.inference import stats as st
+    from raybench.analysis.inference.bootstrap import patient_bootstrap
+    from raybench.analysis.inference.packed_stats import METRIC_NAMES, load_packed_stats
+    from raybench.analysis.inference.summary_weights import depth_auc_weights, profile_weights
     from raybench.analysis.run_inputs import read_cells, read_concepts, rounded_q, select_ok
-    from raybench.analysis.summary_weights import depth_auc_weights, profile_weights
     from raybench.core.paths import RunLayout
 
     layout = RunLayout.at(root)
@@ -136,7 +136,7 @@ def profile_intervals(root, protocol, num_workers: int | None = None) -> pd.Data
 
 def _jackknife(stats) -> np.ndarray:
     """Leave-one-patient-out values [P_active, cells, 3]: weights 1 - e_i over the patients with records."""
-    from raybench.analysis.packed_stats import CONSTANT_RTOL_F32, metrics_from_weighted
+    from raybench.analysis.inference.packed_stats import CONSTANT_RTOL_F32, metrics_from_weighted
     from raybench.core.sufficient_stats import CONSTANT_RTOL
 
     active = np.ones(stats.n_patients, bool) if stats.active is None else np.asarray(stats.active, bool)

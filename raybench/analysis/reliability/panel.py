@@ -19,8 +19,8 @@ import pandas as pd
 import ray
 import torch
 
-from raybench.analysis.bootstrap import run_bounded
-from raybench.analysis.metrics import reproducibility
+from raybench.analysis.inference.bootstrap import run_bounded
+from raybench.analysis.inference.metrics import reproducibility
 from raybench.analysis.reliability.ground_truth import SyntheticSpec, synthetic_data, variant_spec
 from raybench.analysis.reliability.panel_score import oracle_scores, score_stack, splits, tasks
 from raybench.core.config import EvalProtocol, SAEProtocol

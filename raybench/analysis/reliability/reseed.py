@@ -21,8 +21,8 @@ import pandas as pd
 import ray
 import torch
 
-from raybench.analysis.bootstrap import run_bounded
-from raybench.analysis.metrics import reproducibility
+from raybench.analysis.inference.bootstrap import run_bounded
+from raybench.analysis.inference.metrics import reproducibility
 from raybench.core.config import Protocol
 from raybench.core.paths import RunLayout
 

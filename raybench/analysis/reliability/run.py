@@ -1,4 +1,5 @@
-"""The audit on a finished run folder: cheap parts always, heavy parts on request; tables and figures.
+"""The audit on a finished run folder: cheap parts always, heavy parts on request; its tables (figures.py draws
+the figures from them at render).
 
     cheap  seed variance decomposition (variance.py), seed profiles and |D|*_3 of a profile (seeds.py),
            flags on the main tables' contrasts, interval-bias detection (intervals.outside_rows), verdicts
@@ -21,11 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.plotting import load_tables
 from raybench.analysis.reliability import evidence, intervals, seeds, variance
 from raybench.analysis.reliability.criteria import CRITERIA, assess
 from raybench.analysis.reliability.mrd import mrd
 from raybench.analysis.reliability.verdicts import verdict_from
+from raybench.analysis.report.plotting import load_tables
 from raybench.core.atomic import read_json, write_json, write_table
 from raybench.core.paths import RunLayout
 
@@ -51,7 +52,6 @@ class ReliabilityResult:
     tables: dict[str, pd.DataFrame]
     heavy: bool
     seconds: dict[str, float] = field(default_factory=dict)
-    figures: list[Path] = field(default_factory=list)
 
 
 def cells_digest(layout: RunLayout) -> str:
@@ -105,10 +105,7 @@ def run_reliability(root: str | Path, protocol: Any, rcfg: Any, heavy: bool,
     out["reliability"] = summary[SUMMARY_COLUMNS]
     for name, df in out.items():
         write_table(layout.tables_dir / f"{name}.parquet", df.reset_index(drop=True))
-    from raybench.analysis.reliability.figures import make_reliability_figures
-
-    figs = make_reliability_figures(layout.root)
-    return ReliabilityResult(out, heavy, secs, figs)
+    return ReliabilityResult(out, heavy, secs)
 
 
 def _heavy(layout: RunLayout, protocol: Any, rcfg: Any, ok: pd.DataFrame, num_workers: int | None,

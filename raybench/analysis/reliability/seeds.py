@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
-from raybench.analysis.metrics import trapezoid_auc
+from raybench.analysis.inference.metrics import trapezoid_auc
 from raybench.analysis.reliability.mrd import mrd, pooled_sd
 
 # audited metric -> its cell-level column in tables/cells.parquet

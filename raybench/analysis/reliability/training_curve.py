@@ -18,8 +18,8 @@ import pandas as pd
 import ray
 import torch
 
-from raybench.analysis.bootstrap import run_bounded
-from raybench.analysis.metrics import reproducibility
+from raybench.analysis.inference.bootstrap import run_bounded
+from raybench.analysis.inference.metrics import reproducibility
 from raybench.analysis.reliability.panel import PANEL_METRICS
 from raybench.core.config import Protocol
 from raybench.sae.cell_files import load_cell_sae

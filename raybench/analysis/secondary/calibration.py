@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.plotting import RC, error_bars, model_label, save_figure
 from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import (
     batch_topk_codes,
@@ -234,44 +233,4 @@ def run_calibration(root: str | Path, protocol: Protocol, scfg: SecondaryConfig)
     tables["calibration_order"] = ladder_order(tables["calibration"])
     for name, df in tables.items():
         write_table(layout.tables_dir / f"{name}.parquet", df)
-    _figure(tables, methods, layout.figures_dir, protocol.eval.calibration_expansion)
     return tables
-
-
-def _figure(tables: dict[str, pd.DataFrame], methods: list[str], out: Path, expansion: int) -> None:
-    import matplotlib
-    from matplotlib.figure import Figure
-
-    summary, margin = tables["calibration"], tables["calibration_margin"]
-    models = sorted(summary["model"].unique())
-    with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(max(6.5, 1.4 * len(models) + 3), 3.6), layout="constrained")
-        ax, ax2 = fig.subplots(1, 2, width_ratios=[3, 1.3])
-        cmap = matplotlib.colormaps["tab10"]
-        width = 0.8 / len(methods)
-        x = np.arange(len(models))
-        s = summary.set_index(["model", "method"])
-        for i, m in enumerate(methods):
-            vals = [s["accessibility"].get((mm, m), np.nan) for mm in models]
-            ax.bar(x + (i - (len(methods) - 1) / 2) * width, vals, width, color=cmap(i % 10), label=m)
-            if m == "random_single":
-                lo = [s["unit_ci_low"].get((mm, m), np.nan) for mm in models]
-                hi = [s["unit_ci_high"].get((mm, m), np.nan) for mm in models]
-                xs = x + (i - (len(methods) - 1) / 2) * width
-                ax.errorbar(xs, vals, yerr=error_bars(vals, lo, hi), fmt="none",
-                            ecolor="black", elinewidth=0.8, capsize=2)
-        ax.set_xticks(x, [model_label(m) for m in models], rotation=30, ha="right")
-        ax.set_ylabel("Held-out mean |r|")
-        ax.set_title(f"Calibration ladder (E = {expansion})")
-        ax.legend(fontsize=7, ncols=2, frameon=False)
-        if not margin.empty:
-            mg = margin.set_index("model").reindex(models)
-            v = mg["sae_minus_random"].to_numpy()
-            ax2.errorbar(v, np.arange(len(models)), xerr=error_bars(v, mg["random_ci_low"], mg["random_ci_high"]),
-                         fmt="o", color="#c0392b", capsize=3)
-            ax2.axvline(0, color="0.3", lw=0.8, ls="--")
-            ax2.set_yticks(np.arange(len(models)), [model_label(m) for m in models])
-            ax2.invert_yaxis()
-            ax2.set_xlabel("SAE − random single |r|")
-            ax2.set_title("Learned vs random")
-        save_figure(fig, out, "calibration_ladder")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from raybench.analysis.streams import patient_draws
+from raybench.analysis.inference.streams import patient_draws
 from raybench.cohorts.waveforms import LEADS
 from raybench.core.sufficient_stats import paired_corr, pearson_from_parts, pearson_from_sums
 

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.plotting import RC, model_label, save_figure
 from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import (
     bootstrap_counts,
@@ -130,7 +129,7 @@ def harmonization_tables(feats: dict[str, dict[str, tuple[np.ndarray, np.ndarray
     test_codes[model] = patient codes into the columns of counts [draws, P]."""
     from scipy.stats import spearmanr
 
-    from raybench.analysis.stats import benjamini_hochberg, kendall_tau, paired_p
+    from raybench.analysis.inference.stats import benjamini_hochberg, kendall_tau, paired_p
 
     fams = concept_families(names)
     rows, concept_rows, contrast_rows, concept_tests = [], [], [], []
@@ -305,7 +304,6 @@ def run_harmonization(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg
                                   (protocol.inference.ci_low, protocol.inference.ci_high))
     for name, df in tables.items():
         write_table(layout.tables_dir / f"{name}.parquet", df)
-    _figure(tables["harmonization"], protocols, layout.figures_dir)
     return tables
 
 
@@ -313,29 +311,3 @@ def _ids_hash(ids: np.ndarray) -> str:
     import hashlib
 
     return hashlib.sha256(np.ascontiguousarray(ids, dtype=np.int64).tobytes()).hexdigest()[:16]
-
-
-def _figure(summary: pd.DataFrame, protocols: tuple[str, ...], out: Path) -> None:
-    import matplotlib
-    from matplotlib.figure import Figure
-
-    models = sorted(summary["model"].unique())
-    colors = {"native": "#66A9D6", "lead": "#E69A4E", "temporal": "#66C2A4", "joint": "#DCA6C8"}
-    s = summary.set_index(["model", "protocol"])
-    x = np.arange(len(models))
-    with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(max(7.5, 1.6 * len(models) + 4), 3.4), layout="constrained")
-        axes = fig.subplots(1, 3)
-        panels = (("accessibility", "Test mean |r|", protocols), ("coverage", "Coverage (|r| ≥ .20)", protocols),
-                  ("cka_to_native", "Linear CKA to native", tuple(p for p in protocols if p != "native")))
-        for ax, (col, label, prots) in zip(axes, panels, strict=True):
-            width = 0.8 / max(1, len(prots))
-            for i, p in enumerate(prots):
-                ax.bar(x + (i - (len(prots) - 1) / 2) * width, [s[col].get((m, p), np.nan) for m in models], width,
-                       color=colors[p], label=p)
-            ax.set_xticks(x, [model_label(m) for m in models], rotation=30, ha="right")
-            ax.set_ylabel(label)
-        axes[0].legend(fontsize=7, frameon=False)
-        axes[0].set_title("Dense accessibility (final layer)")
-        axes[2].set_title("Similarity to native input")
-        save_figure(fig, out, "harmonization_final_layer")

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.plotting import RC, model_label, save_figure
 from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import (
     Matrix,
@@ -71,7 +70,7 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     """All designs of one model (seeds x candidate subsets x concepts) and its paired bootstrap."""
     import torch
 
-    from raybench.analysis.stats import paired_p
+    from raybench.analysis.inference.stats import paired_p
     from raybench.sae.cell_files import load_cell_sae
     from raybench.sae.data import load_cell_data
 
@@ -200,8 +199,8 @@ def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig
     """One Ray task per model at its final layer; BH across models per metric; tables + figure."""
     import ray
 
+    from raybench.analysis.inference.stats import benjamini_hochberg
     from raybench.analysis.secondary import calibration_cells
-    from raybench.analysis.stats import benjamini_hochberg
     from raybench.core.atomic import write_table
     from raybench.core.paths import RunLayout
     from raybench.sae.data import evaluation_test_patients
@@ -233,41 +232,4 @@ def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig
         con.loc[idx, "q_value_bh"] = benjamini_hochberg(con.loc[idx, "p_value"].to_numpy())
     for name, df in tables.items():
         write_table(layout.tables_dir / f"{name}.parquet", df)
-    _figure(tables, layout.figures_dir)
     return tables
-
-
-def _figure(tables: dict[str, pd.DataFrame], out: Path) -> None:
-    import matplotlib
-    from matplotlib.figure import Figure
-
-    con = tables["intervention_contrasts"]
-    summary = tables["intervention"]
-    models = sorted(summary["model"].unique())
-    y = np.arange(len(models))
-    with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(9.0, 0.45 * len(models) + 2.2), layout="constrained")
-        axes = fig.subplots(1, 3)
-        for ax, metric, title in ((axes[0], "off_cross_rms", "Δ off-target RMS"), (axes[1], "wbi_cross", "Δ WBI")):
-            rows = con[con["metric"] == metric].set_index("model").reindex(models)
-            v = rows["delta"].to_numpy(dtype=float)
-            lo, hi = rows["ci_low"].to_numpy(dtype=float), rows["ci_high"].to_numpy(dtype=float)
-            ax.errorbar(v, y, xerr=[np.abs(v - lo), np.abs(hi - v)], fmt="o", color="#E45756", capsize=3)
-            ax.axvline(0, color="0.3", lw=0.8, ls="--")
-            ax.set_title(title)
-            ax.set_xlabel("SAE − dense")
-            ax.set_yticks(y, [model_label(m) for m in models])
-            ax.invert_yaxis()
-        wide = summary.pivot_table(index="model", columns="method", values="concepts_eligible").reindex(models)
-        sel = summary[summary["method"] == "sae"].set_index("model").reindex(models)
-        total = sel["concepts_total"].to_numpy(dtype=float)
-        axes[2].barh(y, wide["sae"].to_numpy(dtype=float) / total, color="#9ecae1", label="eligible")
-        axes[2].barh(y, sel["sae_selective_fraction"].to_numpy(dtype=float), color="#3182bd",
-                     label="SAE more selective")
-        axes[2].set_xlim(0, 1)
-        axes[2].set_yticks(y, [model_label(m) for m in models])
-        axes[2].invert_yaxis()
-        axes[2].set_xlabel("Fraction of all concepts")
-        axes[2].set_title("Gate and selectivity")
-        axes[2].legend(fontsize=7, frameon=False)
-        save_figure(fig, out, "intervention_selectivity")

@@ -10,7 +10,7 @@ Writes tables/{calibration,harmonization,intervention}*.parquet (+ .csv) and fig
 Before an analysis runs, its tables and figures from an earlier run are deleted, so a failed (or skipped)
 analysis leaves nothing stale behind for the report to show. Failures are recorded in
 tables/secondary_failures.json ({"failures": [{"analysis", "type", "reason"}]}, sorted by analysis); the
-report lists them and the release audit counts each as a problem (raybench.analysis.audit).
+report lists them and the release audit counts each as a problem (raybench.analysis.release_audit.run).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def run_secondary(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg: Se
     if scfg is None:
         scfg = SecondaryConfig.demo() if protocol.name == "demo" else SecondaryConfig()
     scfg.validate()
-    from raybench.analysis.randomness import write_secondary_randomness
+    from raybench.analysis.inference.randomness import write_secondary_randomness
 
     write_secondary_randomness(root, protocol, scfg)  # randomness/secondary.json: the seeds used below
     init_ray(cfg.resources)

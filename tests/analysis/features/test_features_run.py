@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from raybench.analysis.features.dashboards import Choice, model_view
-from raybench.analysis.features.render import read_index, write_dashboards
+from raybench.analysis.features.figures import read_index, write_dashboards
 from raybench.app.export_formats import FormatExportError, export_cells, threshold_codes
 from raybench.core.atomic import write_text
 from raybench.core.config import FeaturesConfig, dump_run_config

@@ -7,9 +7,9 @@ from __future__ import annotations
 import html
 import json
 
-from raybench.analysis.features.render import INDEX
+from raybench.analysis.api import Context
+from raybench.analysis.features.figures import INDEX
 from raybench.analysis.features.section import features_body
-from raybench.analysis.report_sections import Context
 from raybench.core.paths import RunLayout
 
 EVIL = "<img src=x onerror=alert(1)>"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-import raybench.analysis.report_sections  # noqa: F401 (registers the sections; the audit's report builds on it)
-from raybench.analysis.provenance_audit.report import gates_view, verdict_view
+import raybench.analysis.api  # noqa: F401 (registers the sections; the audit's report builds on it)
+from raybench.analysis.provenance_audit.section import gates_view, verdict_view
 
 
 def test_gates_view_after_a_parquet_round_trip(tmp_path):

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from raybench.analysis.inference.stats import benjamini_hochberg
 from raybench.analysis.secondary import SecondaryConfig
-from raybench.analysis.stats import benjamini_hochberg
 from raybench.core.config import GridProtocol, SAEProtocol, demo_run
 from raybench.core.paths import RunLayout
 
@@ -181,8 +181,8 @@ def test_failed_analysis_leaves_no_stale_outputs_and_fails_the_audit(tmp_path, m
     import raybench.analysis.secondary.harmonization as harmonization
     import raybench.analysis.secondary.intervention as intervention
     import raybench.infra.ray_session
-    from raybench.analysis.audit import release_audit
-    from raybench.analysis.report import render_report
+    from raybench.analysis.release_audit.run import release_audit
+    from raybench.analysis.report.render import render_report
     from raybench.analysis.secondary.run import run_secondary
     from raybench.core.atomic import write_table
     from raybench.core.config import demo_run

@@ -1,0 +1,42 @@
+"""Every analysis raybench runs on a finished grid, in report order: the one list to extend (docs/architecture.md
+§4, "Add an analysis"). The analyze stage runs each enabled analysis' `run` in this order, then every `render`;
+`raybench report` runs every `render` and the report shows every analysis' sections in this order.
+"""
+
+from __future__ import annotations
+
+from raybench.analysis.atlas import analysis as atlas
+from raybench.analysis.features import analysis as features
+from raybench.analysis.provenance_audit import analysis as provenance_audit
+from raybench.analysis.release_audit import analysis as release_audit
+from raybench.analysis.reliability import analysis as reliability
+from raybench.analysis.run_info import analysis as run_info
+from raybench.analysis.secondary import analysis as secondary
+from raybench.analysis.summary import analysis as summary
+from raybench.analysis.api import Analysis, Section
+
+ANALYSES: list[Analysis] = [
+    summary.ANALYSIS,
+    release_audit.ANALYSIS,
+    atlas.ANALYSIS,
+    secondary.ANALYSIS,
+    provenance_audit.ANALYSIS,
+    reliability.ANALYSIS,
+    features.ANALYSIS,
+    run_info.ANALYSIS,
+]
+
+
+def sections() -> list[Section]:
+    """Every report section, in report order; a section id names one section only."""
+    out = [s for a in ANALYSES for s in a.sections]
+    ids = [s.id for s in out]
+    clash = sorted({i for i in ids if ids.count(i) > 1})
+    if clash:
+        raise ValueError(f"report section id(s) {clash} are used by more than one analysis: rename one")
+    return out
+
+
+def captions() -> dict[str, str]:
+    """Figure stem -> report caption, from every analysis."""
+    return {stem: text for a in ANALYSES for stem, text in a.captions.items()}

@@ -1,0 +1,162 @@
+"""analyze_run on a small fake run folder written here: schemas, planted ranking, missing cells, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from raybench.analysis.atlas.run import PUBLISHED, TABLE_COLUMNS, analyze_run
+from raybench.core.atomic import write_json, write_table
+from raybench.core.config import EvalProtocol, GridProtocol, InferenceProtocol, Protocol
+from raybench.core.paths import RunLayout
+from raybench.core.sufficient_stats import patient_stats
+
+MODELS = ("csfm", "ecg_jepa", "st_mem")
+SKILL = {"ecg_jepa": 0.9, "st_mem": 0.45, "csfm": 0.35}  # ecg_jepa planted best on every metric
+ERR = {"ecg_jepa": 0.02, "st_mem": 0.06, "csfm": 0.08}
+CONCEPTS = ["qrs_duration", "hr_ventricular", "t_amp_global", "qrs_axis_front", "st_amp_global_mv"]
+P, D, M_TOP = 60, 16, 8
+
+
+def planted_protocol() -> Protocol:
+    return Protocol(
+        name="test",
+        grid=GridProtocol(models=MODELS, depths=(0.5, 1.0), expansions=(1, 4), seeds=(1, 2), sensitivity_depth=0.5),
+        eval=EvalProtocol(repro_top=M_TOP, repro_permutations=20),
+        # raybench's chunked stream: the planted-ranking thresholds below were set on its draws
+        inference=InferenceProtocol(patient_draws=200, crossed_draws=400, chunk_draws=64, seed=3, stream="chunked"),
+    )
+
+
+def write_planted_run(root: Path, protocol: Protocol, fail: tuple = ()) -> Path:
+    """Cells table + per-cell patient_stats / decoder_top / metrics.json, with a planted best model."""
+    rng = np.random.default_rng(0)
+    layout = RunLayout.at(root)
+    per = rng.integers(1, 3, size=P)
+    patient = np.repeat(np.arange(P), per)
+    r = len(patient)
+    y = rng.normal(size=(r, len(CONCEPTS)))
+    shared = {m: rng.normal(size=(D, 3 * M_TOP)) for m in MODELS}
+    g = protocol.grid
+    keys = [("primary", m, q, e, s) for m, q, e, s in itertools.product(g.models, g.depths, g.expansions, g.seeds)]
+    keys += [("sensitivity", m, g.sensitivity_depth, e, s) for m, e, s in itertools.product(g.models, g.expansions,
+                                                                                            g.seeds)]
+    rows = []
+    for arm, m, q, e, s in keys:
+        cid = f"{m}-q{q:.2f}-E{e}-s{s}-{arm}"
+        cdir = layout.cell_dir(cid)
+        cdir.mkdir(parents=True, exist_ok=True)
+        skill = SKILL[m] * (0.8 + 0.2 * q) * (1.0 + 0.05 * np.log2(e))
+        a = skill * y + rng.normal(size=y.shape)
+        err = rng.gamma(2.0, ERR[m] * (1 + 0.1 * np.log2(e)), size=r)
+        dev = rng.gamma(2.0, 1.0, size=r) + err
+        stats = patient_stats(patient, P, a, y, err, dev)
+        np.savez(cdir / "patient_stats.npz", **stats)
+        cols = shared[m][:, rng.permutation(3 * M_TOP)[:M_TOP + s]] + 0.1 * rng.normal(size=(D, M_TOP + s))
+        np.savez(cdir / "decoder_top.npz", columns=cols / np.linalg.norm(cols, axis=0), indices=np.arange(M_TOP + s))
+        rt = [float(np.corrcoef(a[:, j], y[:, j])[0, 1]) for j in range(len(CONCEPTS))]
+        write_json(cdir / "metrics.json", {"concepts": CONCEPTS, "r_test": rt, "r_val": rt})
+        failed = (m, q, e, s, arm) in fail
+        rows.append({"cell_id": cid, "model": m, "layer": int(q * 11), "n_layers": 12, "q": q,
+                     "realized_depth": int(q * 11) / 11, "arm": arm, "expansion": e, "n_latents": D * e,
+                     "k": 2, "seed": s, "status": "failed: diverged" if failed else "ok",
+                     "val_r2": 0.9 - ERR[m], "test_r2": 0.9 - ERR[m], "val_dead_fraction": 0.01 * e,
+                     "val_mean_l0": 2.0, "gate_pass": True, "test_accessibility": 0.3, "test_coverage": 0.5,
+                     "train_seconds": 1.0, "config_hash": "x", "cell_dir": str(cdir.relative_to(root))})
+    write_table(layout.cells_table, pd.DataFrame(rows))
+    return root
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+            if p.name != "cells.parquet" and p.name != "cells.csv"}
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory, ray_cluster):
+    root = write_planted_run(tmp_path_factory.mktemp("run"), planted_protocol())
+    out = analyze_run(root, planted_protocol(), num_workers=1, cohort_kind="synth")
+    return root, out
+
+
+def test_every_table_with_exact_columns(analyzed):
+    root, out = analyzed
+    tables = RunLayout.at(root).tables_dir
+    for name, cols in TABLE_COLUMNS.items():
+        assert list(out[name].columns) == cols, name
+        assert list(pd.read_parquet(tables / f"{name}.parquet").columns) == cols
+        assert (tables / f"{name}.csv").exists()
+        if name != "missing":
+            assert len(out[name]) > 0, name
+    assert len(out["missing"]) == 0
+    prof = out["profiles"]
+    assert len(prof) == 3 * len(MODELS) and prof.published.isna().all()
+    assert len(out["contrasts"]) == 3 * 3  # 3 pairs per metric
+    assert len(out["curves"]) == 3 * len(MODELS) * 2
+    assert len(out["rank_stability"]) == 3  # one E pair per metric
+    assert set(out["depth_scale"].metric) == {"reconstruction", "accessibility", "coverage", "val_r2",
+                                               "val_dead_fraction"}
+    assert set(out["sensitivity"].factor) == {"depth", "scale", "arm"}
+    assert len(out["reproducibility"]) == len(MODELS) * 2 * 2
+    assert len(out["arm"]) == len(MODELS) * 2 * 3
+    conc = out["concepts"]
+    fam = dict(zip(conc.concept, conc.family, strict=True))
+    assert fam["qrs_duration"] == "INTERVAL" and fam["st_amp_global_mv"] == "ST_T"
+    assert (out["crossed"].ci_low <= out["crossed"].auc).all() and (out["crossed"].auc <= out["crossed"].ci_high).all()
+
+
+def test_planted_best_model_ranks_first(analyzed):
+    _, out = analyzed
+    prof, con = out["profiles"], out["contrasts"]
+    for metric in ("reconstruction", "accessibility", "coverage"):
+        p = prof[prof.metric == metric].set_index("model")
+        assert p.auc.idxmax() == "ecg_jepa"
+        assert p.loc["ecg_jepa", "rank1_prob"] > 0.95 and p.loc["ecg_jepa", "mean_rank"] < 1.1
+        runner_up = p.auc.drop("ecg_jepa").idxmax()
+        assert p.loc["ecg_jepa", "ci_low"] > p.loc[runner_up, "ci_high"]
+        c = con[(con.metric == metric) & (con.model_a == "ecg_jepa") & (con.model_b == runner_up)].iloc[0]
+        assert c.ci_low > 0 and c.p_bh < 0.05 and c["diff"] > 0
+    # point AUC = the mean over depths and seeds of the common-scale AUC of cell values (independent recomputation)
+    ds = out["depth_scale"]
+    acc = ds[(ds.metric == "accessibility") & (ds.model == "st_mem")].pivot(index="q", columns="expansion",
+                                                                              values="value")
+    x = np.log([1, 4])
+    want = np.mean(np.trapezoid(acc[[1, 4]].to_numpy(), x, axis=1) / (x[-1] - x[0]))
+    got = prof[(prof.metric == "accessibility") & (prof.model == "st_mem")].auc.iloc[0]
+    assert got == pytest.approx(want, abs=1e-12)
+    rep = out["reproducibility"]
+    assert (rep.excess > 0.3).all() and np.allclose(rep.excess, rep.matched_cosine - rep.random_floor)
+
+
+def test_rerun_is_byte_identical_and_worker_invariant(analyzed):
+    root, _ = analyzed
+    tables = RunLayout.at(root).tables_dir
+    first = _digest(tables)
+    analyze_run(root, planted_protocol(), num_workers=4, cohort_kind="synth")
+    assert _digest(tables) == first
+
+
+def test_failed_cells_reported_and_published_column(tmp_path, ray_cluster):
+    proto = planted_protocol()
+    proto = dataclasses.replace(proto, inference=dataclasses.replace(proto.inference, patient_draws=64,
+                                                                     crossed_draws=64))
+    root = write_planted_run(tmp_path, proto, fail=(("st_mem", 1.0, 4, 1, "primary"), ("csfm", 1.0, 4, 1, "primary"),
+                                            ("csfm", 1.0, 4, 2, "primary")))
+    out = analyze_run(root, proto, cohort_kind="ptbxl", write=False, allow_incomplete=True)
+    miss = out["missing"]
+    assert len(miss) == 3 and set(miss.reason) == {"failed: diverged"}
+    prof = out["profiles"]
+    assert prof.published.notna().all()
+    row = prof[(prof.model == "csfm") & (prof.metric == "coverage")].iloc[0]
+    assert row.published == PUBLISHED["coverage"]["csfm"]
+    # csfm lost every seed at (q=1, E=4): its profile uses depth 0.5 only, and depth 1.0 has no AUC
+    sens = out["sensitivity"]
+    assert not ((sens.model == "csfm") & (sens.factor == "depth") & (sens.level == "1")).any()
+    assert ((sens.model == "st_mem") & (sens.factor == "depth") & (sens.level == "1")).any()
+    assert len(out["reproducibility"]) == len(MODELS) * 4 - 2  # st_mem and csfm lose (q=1, E=4)

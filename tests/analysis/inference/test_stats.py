@@ -1,0 +1,84 @@
+"""Statistics on draws: hand cases and scipy references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import false_discovery_control, kendalltau
+
+from raybench.analysis.inference import stats as st
+
+
+def test_percentile_ci_matches_numpy():
+    d = np.random.default_rng(0).normal(size=(2000, 3))
+    lo, hi = st.percentile_ci(d, 2.5, 97.5)
+    np.testing.assert_allclose(lo, np.percentile(d, 2.5, axis=0))
+    np.testing.assert_allclose(hi, np.percentile(d, 97.5, axis=0))
+
+
+def test_ranks_rank1_mean_rank_hand():
+    d = np.array([[3.0, 1.0, 2.0], [1.0, 2.0, 3.0]])
+    np.testing.assert_array_equal(st.ranks(d), [[1, 3, 2], [3, 2, 1]])
+    np.testing.assert_allclose(st.rank1_prob(d), [0.5, 0.0, 0.5])
+    np.testing.assert_allclose(st.mean_rank(d), [2.0, 2.5, 1.5])
+    ties = np.array([[2.0, 2.0, 1.0], [0.5, 0.7, 0.7], [1.0, 1.0, 1.0]])
+    np.testing.assert_allclose(st.ranks(ties), [[1.5, 1.5, 3], [3, 1.5, 1.5], [2, 2, 2]])
+    np.testing.assert_allclose(st.rank1_prob(ties), [(0.5 + 1 / 3) / 3, (0.5 + 0.5 + 1 / 3) / 3, (0.5 + 1 / 3) / 3])
+    assert st.rank1_prob(ties).sum() == pytest.approx(1.0)
+    with_nan = np.vstack([d, [[np.nan, 5.0, 0.0]]])  # an incomplete draw is left out
+    np.testing.assert_allclose(st.rank1_prob(with_nan), st.rank1_prob(d))
+    np.testing.assert_allclose(st.mean_rank(with_nan), st.mean_rank(d))
+
+
+def test_paired_p_hand():
+    assert st.paired_p(np.ones(99)) == pytest.approx(2 * 1 / 100)
+    assert st.paired_p(np.array([-1.0, 1.0, 2.0, 3.0])) == pytest.approx(2 * 2 / 5)
+    assert st.paired_p(np.zeros(10)) == 1.0  # capped
+    assert st.paired_p(-np.ones(9)) == pytest.approx(0.2)
+
+
+def test_bh_hand_and_scipy():
+    p = [0.01, 0.04, 0.03, 0.5]
+    np.testing.assert_allclose(st.benjamini_hochberg(p), [0.04, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.5])
+    rng = np.random.default_rng(1)
+    p = rng.uniform(size=15) ** 3
+    np.testing.assert_allclose(st.benjamini_hochberg(p), false_discovery_control(p, method="bh"))
+    out = st.benjamini_hochberg([0.01, np.nan, 0.02])
+    assert np.isnan(out[1]) and out[0] == pytest.approx(0.02) and out[2] == pytest.approx(0.02)
+
+
+def test_kendall_tau_matches_scipy_with_ties():
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        x = rng.integers(0, 4, size=6).astype(float)
+        y = rng.integers(0, 4, size=6).astype(float)
+        want = kendalltau(x, y).statistic
+        got = st.kendall_tau(x, y)
+        if np.isnan(want):
+            assert np.isnan(got)
+        else:
+            assert got == pytest.approx(want, abs=1e-12)
+    assert st.kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_rank_stability_all_pairs():
+    rows = []
+    vals = {1: [0.1, 0.2, 0.3], 4: [0.1, 0.3, 0.2], 8: [0.3, 0.2, 0.1]}
+    for e, v in vals.items():
+        rows += [{"metric": "accessibility", "model": m, "expansion": e, "value": x}
+                 for m, x in zip("abc", v, strict=True)]
+    out = st.rank_stability(pd.DataFrame(rows))
+    assert list(zip(out.expansion_a, out.expansion_b, strict=True)) == [(1, 4), (1, 8), (4, 8)]
+    want = [kendalltau(vals[a], vals[b]).statistic for a, b in [(1, 4), (1, 8), (4, 8)]]
+    np.testing.assert_allclose(out.kendall_tau, want)
+
+
+def test_arm_comparison():
+    df = pd.DataFrame({"model": ["a"] * 4, "expansion": [1, 1, 4, 4], "metric": ["coverage"] * 4,
+                       "arm": ["primary", "sensitivity"] * 2, "value": [0.5, 0.6, 0.7, 0.65]})
+    out = st.arm_comparison(df)
+    assert list(out.columns) == ["model", "expansion", "metric", "primary", "sensitivity", "diff"]
+    np.testing.assert_allclose(out["diff"], [0.1, -0.05])
+    # an E present in one arm only has no comparison
+    assert len(st.arm_comparison(df.iloc[:3])) == 1

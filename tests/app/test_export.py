@@ -1,0 +1,125 @@
+"""`raybench export` (raybench/app/export.py) on partial or unusual run folders: the cohort kind comes from the
+manifest, a credentialed run is never exported unscanned, and credentials in config URIs stay home.
+
+The full MIMIC-shaped export is tests/core/test_privacy.py; these use tests/fake_run.py's tables (no report.html
+unless a test writes one), which is enough for the export's decisions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+from fake_run import small_protocol, write_fake_run
+
+from raybench.app.cli import main
+from raybench.app.export import ExportError, export_run
+from raybench.core.atomic import write_json, write_table, write_text
+from raybench.core.paths import RunLayout
+
+STUDY = 40012345  # a MIMIC-shaped study id
+
+
+def _run(root: Path, kind: str, *, run_yaml: bool = True, manifest: bool = True) -> RunLayout:
+    write_fake_run(root, small_protocol(), cohort_kind=kind, tables=("cells", "profiles"), run_yaml=run_yaml)
+    layout = RunLayout.at(root)
+    if manifest:
+        layout.manifest_dir.mkdir()
+        pd.DataFrame({"ecg_id": [STUDY, STUDY + 1], "patient_id": ["10001217", "10001218"]}).to_parquet(
+            layout.manifest)
+        write_json(layout.manifest_summary, {"cohort": kind, "records": 2})
+    return layout
+
+
+def _plant_id(layout: RunLayout) -> None:
+    write_table(layout.tables_dir / "legacy.parquet",
+                pd.DataFrame({"cell_id": ["x"], "status": [f"failed: KeyError: '[{STUDY}] not in index'"]}))
+
+
+def test_credentialed_run_without_loadable_ids_is_refused(tmp_path):
+    """A partial copy of an s3:// run (run.yaml, tables, no manifest/) of a MIMIC run: nothing to scan for, so no
+    export - before, the scan passed every file."""
+    layout = _run(tmp_path / "run", "mimic", manifest=False)
+    _plant_id(layout)
+    with pytest.raises(ExportError, match=r"credentialed cohort 'mimic'.*no record or subject ids.*manifest/"):
+        export_run(layout.root, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == ["run"]
+    res = CliRunner().invoke(main, ["export", "--run-dir", str(layout.root), "--to", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "no record or subject ids" in res.output and str(STUDY) not in res.output
+
+
+def test_cohort_kind_comes_from_the_manifest_when_run_yaml_is_missing(tmp_path):
+    layout = _run(tmp_path / "run", "mimic", run_yaml=False)
+    dash = layout.dashboards_dir / "index.json"
+    dash.parent.mkdir(parents=True)
+    dash.write_text("{}")
+    clean = export_run(layout.root, tmp_path / "clean")
+    assert clean.scanned_ids == 4  # two studies, two subjects
+    assert not [f for f in clean.files if f["path"].startswith("figures/dashboards")]  # credentialed: left home
+    assert json.loads((tmp_path / "clean" / "EXPORT.json").read_text())["credentialed"] is True
+
+    _plant_id(layout)
+    with pytest.raises(ExportError, match=r"credentialed cohort: tables/legacy\.csv, tables/legacy\.parquet"):
+        export_run(layout.root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_manifest_wins_over_an_open_kind_in_run_yaml(tmp_path):
+    layout = _run(tmp_path / "run", "ptbxl")
+    write_json(layout.manifest_summary, {"cohort": "mimic", "records": 2})
+    _plant_id(layout)
+    with pytest.raises(ExportError, match="tables/legacy"):
+        export_run(layout.root, tmp_path / "out")
+
+
+def test_run_without_any_cohort_kind_is_refused(tmp_path):
+    layout = _run(tmp_path / "run", "mimic", run_yaml=False, manifest=False)
+    with pytest.raises(ExportError, match="cannot tell whether the cohort is credentialed"):
+        export_run(layout.root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_open_run_still_exports_without_a_manifest(tmp_path):
+    layout = _run(tmp_path / "run", "ptbxl", manifest=False)
+    result = export_run(layout.root, tmp_path / "out")
+    assert result.scanned_ids == 0 and "tables/cells.parquet" in {f["path"] for f in result.files}
+
+
+SECRETS = ("AKIAEXAMPLE", "s3cr3tKEY", "alice", "hunter2pw", "bob", "pw0rd42")
+
+
+def _with_credentials(layout: RunLayout) -> None:
+    raw = yaml.safe_load(layout.run_yaml.read_text())
+    raw["run_dir"] = "s3://bucket/runs/demo?access_key=AKIAEXAMPLE&secret_key=s3cr3tKEY"
+    raw["tracking"] = {"mlflow": {"uri": "https://alice:hunter2pw@mlflow.example.org/api"}}
+    write_text(layout.run_yaml, "# stored at https://bob:pw0rd42@store.example.org/x\n"
+               + yaml.safe_dump(raw, sort_keys=False))
+
+
+def test_exported_run_yaml_has_no_uri_credentials(tmp_path):
+    layout = _run(tmp_path / "run", "ptbxl")
+    _with_credentials(layout)
+    export_run(layout.root, tmp_path / "out")
+    text = (tmp_path / "out" / "run.yaml").read_text()
+    assert not [s for s in SECRETS if s in text]
+    exported = yaml.safe_load(text)
+    assert exported["run_dir"] == "s3://bucket/runs/demo"
+    assert exported["tracking"]["mlflow"]["uri"] == "https://mlflow.example.org/api"
+    assert "# stored at https://store.example.org/x" in text
+    assert all(s in layout.run_yaml.read_text() for s in SECRETS)  # the run's own copy keeps them
+
+
+def test_a_report_rendered_with_uri_credentials_is_refused(tmp_path):
+    """A report.html rendered before redaction (or any exported file) that quotes a URI's credentials."""
+    layout = _run(tmp_path / "run", "ptbxl")
+    _with_credentials(layout)
+    write_text(layout.report, "<html><pre>uri: https://alice:hunter2pw@mlflow.example.org/api</pre></html>")
+    with pytest.raises(ExportError, match=r"credentials.*: report\.html.*raybench report"):
+        export_run(layout.root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    write_text(layout.report, "<html><pre>uri: https://mlflow.example.org/api</pre></html>")
+    export_run(layout.root, tmp_path / "out")

@@ -1,0 +1,165 @@
+"""Laptop -> cluster, end to end: `raybench submit` (the real Ray Jobs client) to a two-node cluster
+started with `ray start` (token auth on, dashboard on loopback), running `raybench grid` with an
+`s3://` run folder on a real S3-compatible server (moto on loopback); then `status`, `logs`, `stop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from raybench.core.config import dump_run_config
+from tests.s3_server import s3_server
+from tests.small_run import small_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_start(args: list[str], env: dict) -> int:
+    """`ray start ...` in a new session; returns the process group its daemons stay in."""
+    proc = subprocess.Popen(["ray", "start", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+                             f"--dashboard-agent-listen-port={_free_port()}",
+                             f"--dashboard-agent-grpc-port={_free_port()}",
+                             f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
+                             f"--object-store-memory={100 << 20}", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    out, _ = proc.communicate(timeout=180)
+    if proc.returncode != 0:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise RuntimeError(f"ray start {' '.join(args)} failed:\n{out[-3000:]}")
+    return proc.pid
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """moto S3 + a head (2 CPUs: one for the job driver) and a worker (1 CPU), token auth on."""
+    import ray._private.utils
+
+    dep_error = ray._private.utils.get_dashboard_dependency_error()
+    assert dep_error is None, f"Ray Jobs needs the dashboard: pip install 'ray[default]==2.60.0' ({dep_error})"
+    from tests.sae.test_grid_elastic import ray_env
+
+    tmp = tmp_path_factory.mktemp("remote")
+    token = secrets.token_hex(16)
+    with s3_server() as bucket:
+        env = {**ray_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
+               "RAYBENCH_CACHE": str(tmp / "node-cache")}
+        gcs, dash = _free_port(), _free_port()
+        groups = []
+        worker_env = env
+        try:
+            groups.append(_ray_start(["--head", f"--port={gcs}", "--num-cpus=2", "--num-gpus=0",
+                                      "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                                      f"--dashboard-port={dash}", f"--ray-client-server-port={_free_port()}"], env))
+            # its own temp dir, as on a separate machine: nodes sharing one session folder re-extract each
+            # other's job working_dir (rm + unzip) under the running job driver, whose cwd then vanishes
+            worker_env = ray_env(env)
+            groups.append(_ray_start([f"--address=127.0.0.1:{gcs}", "--num-cpus=1", "--num-gpus=0",
+                                      f"--temp-dir={worker_env['RAY_TMPDIR']}"], worker_env))
+            # the laptop side: only the address and the token, a private HOME (last-job file)
+            client_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+            client_env.update(HOME=str(tmp / "home"), RAY_AUTH_TOKEN=token)
+            (tmp / "home").mkdir()
+            yield {"address": f"http://127.0.0.1:{dash}", "bucket": bucket, "env": client_env, "tmp": tmp,
+                   "token": token}
+        finally:
+            for pgid in groups:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+            for e in (env, worker_env):
+                shutil.rmtree(e["RAY_TMPDIR"], ignore_errors=True)
+
+
+def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "raybench.app.cli", *args], cwd=cluster["tmp"],
+                          env=env or cluster["env"], capture_output=True, text=True, timeout=timeout)
+
+
+def _tiny_config(run_dir: str):
+    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 2 stack trials, from a fresh synthetic cohort."""
+    cfg = small_config(Path("unused"), models=("csfm",), steps=40)
+    p = cfg.protocol
+    return replace(cfg, run_dir=run_dir,
+                   protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,), sensitivity_depth=None)),
+                   resources=replace(cfg.resources, trial_unit="stack", max_failures=2)).validate()
+
+
+@pytest.mark.slow
+def test_submit_runs_the_grid_on_the_cluster_with_an_s3_run_folder(cluster):
+    import s3fs
+
+    run_uri = f"{cluster['bucket']}/runs/tiny"
+    wd = cluster["tmp"] / "job"
+    wd.mkdir()
+    (wd / "run.yaml").write_text(dump_run_config(_tiny_config(run_uri)))
+    t0 = time.perf_counter()
+    sub = _raybench(cluster, "submit", "--address", cluster["address"], "--working-dir", str(wd), "--",
+                    "grid", "--config", "run.yaml")
+    wall = time.perf_counter() - t0
+    assert sub.returncode == 0, sub.stdout[-4000:] + sub.stderr[-4000:]
+    job_id = sub.stdout.split("submitted ", 1)[1].split(":", 1)[0]
+    assert f"{job_id}: SUCCEEDED" in sub.stdout
+    assert "[5/5] analyze   done" in sub.stdout and "4/4 cells ok" in sub.stdout
+    assert f"report: {run_uri}/report.html" in sub.stdout, "the final line names the run URI"
+
+    status = _raybench(cluster, "status", "--address", cluster["address"])  # the last submitted job
+    assert status.returncode == 0 and f"{job_id}: SUCCEEDED" in status.stdout, status.stderr[-2000:]
+    logs = _raybench(cluster, "logs", "--address", cluster["address"], job_id)
+    assert logs.returncode == 0 and "[4/5] train" in logs.stdout and "audit: 4/4 cells" in logs.stdout
+
+    fs = s3fs.S3FileSystem()
+    root = run_uri.removeprefix("s3://")
+    for rel in ("tables/cells.parquet", "report.html", "run.yaml", "manifest/manifest.parquet"):
+        assert fs.exists(f"{root}/{rel}"), f"{rel} missing in the bucket"
+    assert fs.glob(f"{root}/activations/csfm/*/index.json")
+    assert fs.glob(f"{root}/tune/grid-*/experiment_state-*.json"), "Tune state lives in the bucket"
+    with fs.open(f"{root}/tables/cells.parquet", "rb") as fh:
+        table = pd.read_parquet(fh)
+    assert len(table) == 4 and (table["status"] == "ok").all() and table["cell_id"].is_unique
+    nodes = {json.loads(fs.cat(f"{root}/{cell}/metrics.json"))["node_id"] for cell in table["cell_dir"]}
+    assert all(nodes), nodes
+    print(f"\nsubmit -> SUCCEEDED in {wall:.1f} s; cells trained on {len(nodes)} node(s)")
+
+
+@pytest.mark.slow
+def test_stop_and_a_wrong_token(cluster):
+    wd = cluster["tmp"] / "job-stop"
+    wd.mkdir()
+    (wd / "run.yaml").write_text(dump_run_config(_tiny_config(f"{cluster['bucket']}/runs/stopped")))
+    sub = _raybench(cluster, "submit", "--no-wait", "--address", cluster["address"], "--working-dir", str(wd), "--",
+                    "grid", "--config", "run.yaml")
+    assert sub.returncode == 0, sub.stderr[-3000:]
+    job_id = sub.stdout.split("submitted ", 1)[1].split(":", 1)[0]
+    stop = _raybench(cluster, "stop", "--address", cluster["address"])
+    assert stop.returncode == 0 and job_id in stop.stdout
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        status = _raybench(cluster, "status", "--address", cluster["address"], job_id)
+        if "STOPPED" in status.stdout:
+            break
+        time.sleep(2)
+    assert f"{job_id}: STOPPED" in status.stdout, status.stdout + status.stderr[-2000:]
+
+    bad = _raybench(cluster, "status", "--address", cluster["address"], job_id,
+                    env={**cluster["env"], "RAY_AUTH_TOKEN": "not-the-token"})
+    assert bad.returncode != 0 and "token" in (bad.stdout + bad.stderr).lower()

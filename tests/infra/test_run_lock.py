@@ -1,0 +1,135 @@
+"""One writer per run folder: a second `raybench grid` / `train` on a folder (or s3:// prefix) in use refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from raybench.infra.run_lock import LOCK_NAME, RunLocked, S3Lease, run_lock
+from tests.small_run import small_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HOLDER = """
+import sys
+from raybench.infra.run_lock import run_lock
+
+with run_lock(sys.argv[1], "grid"):
+    print("held", flush=True)
+    sys.stdin.readline()  # until the test lets go
+"""
+
+
+class Holder:
+    """Another process holding the run's lock, as a concurrent `raybench grid` would."""
+
+    def __init__(self, run_dir: str | Path):
+        self.proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HOLDER), str(run_dir)], cwd=ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.strip() == "held", line
+
+    def release(self) -> None:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        assert self.proc.wait(timeout=60) == 0
+
+
+def test_a_second_grid_on_a_folder_in_use_refuses_naming_the_holder(tmp_path):
+    from raybench.app.pipeline import run_pipeline
+
+    cfg = small_config(tmp_path / "run")
+    holder = Holder(cfg.run_dir)
+    try:
+        with pytest.raises(RunLocked) as err:
+            run_pipeline(cfg, until="cohort")  # Ray-free: without the lock it would run the cohort stage
+        text = str(err.value)
+        assert str(Path(cfg.run_dir).resolve()) in text and f"pid {holder.proc.pid}" in text
+        assert socket.gethostname() in text and "started 20" in text
+        assert f"delete {Path(cfg.run_dir).resolve() / LOCK_NAME}" in text
+        assert not (Path(cfg.run_dir) / "cohort").exists() and not (Path(cfg.run_dir) / "run.yaml").exists()
+    finally:
+        holder.release()
+    assert not (Path(cfg.run_dir) / LOCK_NAME).exists(), "the holder released its lock"
+    run_pipeline(cfg, until="cohort")  # free again
+    assert not (Path(cfg.run_dir) / LOCK_NAME).exists(), "released after the run"
+
+
+def test_a_second_train_on_a_folder_in_use_refuses(tmp_path):
+    from raybench.sae.grid import run_grid
+
+    cfg = small_config(tmp_path / "run")
+    holder = Holder(cfg.run_dir)
+    try:
+        with pytest.raises(RunLocked, match="in use by `raybench grid`"):
+            run_grid(cfg)
+    finally:
+        holder.release()
+
+
+def test_a_lock_whose_process_is_gone_is_taken_over_and_the_lock_is_reentrant_and_released_on_error(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run / LOCK_NAME).write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "command": "grid",
+                                             "started": "2026-01-01T00:00:00+00:00", "token": "x"}))
+    with pytest.raises(ValueError, match="boom"), run_lock(run):
+        held = json.loads((run / LOCK_NAME).read_text())
+        assert held["pid"] == os.getpid()
+        with run_lock(str(run) + "/", "train"):  # the train stage inside `raybench grid`
+            assert (run / LOCK_NAME).exists()
+        assert (run / LOCK_NAME).exists(), "the outer holder still holds it"
+        raise ValueError("boom")
+    assert not (run / LOCK_NAME).exists()
+
+
+def test_a_lock_of_another_host_is_not_taken_over(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK_NAME).write_text(json.dumps({"host": "elsewhere", "pid": 1, "command": "train",
+                                             "started": "2026-01-01T00:00:00+00:00", "token": "x"}))
+    with pytest.raises(RunLocked, match="on host elsewhere, pid 1"), run_lock(run):
+        pass
+    assert (run / LOCK_NAME).exists()
+
+
+def test_an_s3_prefix_in_use_refuses_while_its_lease_is_refreshed_and_is_taken_over_once_expired():
+    from tests.s3_server import s3_server
+
+    with s3_server() as bucket:
+        uri = f"{bucket}/runs/a"
+        first = S3Lease(uri, "grid", lease_s=2.0, refresh_s=0.3)
+        first.acquire()
+        try:
+            time.sleep(3.0)  # longer than the lease: only the refresh keeps it
+            with pytest.raises(RunLocked, match=rf"{uri} is in use by `raybench grid` on host"):
+                S3Lease(uri, "train").acquire()
+            with pytest.raises(RunLocked, match=f"delete {uri}/{LOCK_NAME}"), run_lock(uri, "train"):
+                pass
+        finally:
+            first.release()
+        with run_lock(uri, "train"):  # released: free again
+            pass
+        import boto3
+
+        s3 = boto3.client("s3")
+        key = f"runs/a/{LOCK_NAME}"
+        assert s3.list_objects_v2(Bucket=bucket.removeprefix("s3://"), Prefix=key).get("KeyCount") == 0
+
+        stale = S3Lease(uri, "grid", lease_s=1.0, refresh_s=60)  # a driver that died: no refresh
+        stale.acquire()
+        stale._stop.set()
+        time.sleep(1.5)
+        taker = S3Lease(uri, "train")
+        taker.acquire()
+        taker.release()
+        stale.release()  # too late: the lease is no longer its own, nothing is deleted
