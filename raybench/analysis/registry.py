@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from raybench.analysis.api import Analysis, Section
 from raybench.analysis.atlas import analysis as atlas
 from raybench.analysis.features import analysis as features
 from raybench.analysis.provenance_audit import analysis as provenance_audit
@@ -13,7 +14,6 @@ from raybench.analysis.reliability import analysis as reliability
 from raybench.analysis.run_info import analysis as run_info
 from raybench.analysis.secondary import analysis as secondary
 from raybench.analysis.summary import analysis as summary
-from raybench.analysis.api import Analysis, Section
 
 ANALYSES: list[Analysis] = [
     summary.ANALYSIS,

@@ -24,7 +24,7 @@ def _record_stage(monkeypatch) -> list[tuple[str, bool]]:
     def run_analyze_stage(cfg, num_workers=None, allow_incomplete=False):
         calls.append((str(Path(cfg.run_dir).resolve()), allow_incomplete))
         report = RunLayout.at(cfg.run_dir).report
-        return stage.AnalyzeResult({"profiles": pd.DataFrame()}, {"calibration": pd.DataFrame()},
+        return stage.AnalyzeResult({"atlas": {"profiles": pd.DataFrame()}, "secondary": {"calibration": pd.DataFrame()}},
                                    stage.Rendered([], None, report))
 
     monkeypatch.setattr(stage, "run_analyze_stage", run_analyze_stage)
@@ -42,7 +42,7 @@ def test_analyze_and_grid_both_run_the_one_analyze_stage(tmp_path, monkeypatch):
     ran = write_fake_run(tmp_path / "ran", small_protocol(), tables=("cells",))
     res = CliRunner().invoke(main, ["analyze", "--run-dir", str(ran), "--allow-incomplete"])
     assert res.exit_code == 0, res.output
-    assert "tables: profiles" in res.output and "secondary tables: calibration" in res.output
+    assert "atlas tables: profiles" in res.output and "secondary tables: calibration" in res.output
     assert calls == [(str(ran.resolve()), True)]
 
     # raybench grid: only its analyze stage, on a fresh folder (the other stages are not this test's)

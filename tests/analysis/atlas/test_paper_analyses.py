@@ -200,11 +200,12 @@ def test_incomplete_grid_refused_then_flagged(tmp_path, ray_cluster):
 
 def _fake_analysis(monkeypatch, analyze_run) -> None:
     """The analyze stage with `analyze_run` standing in for the tables, no secondary analyses and no Ray."""
-    import raybench.analysis.stage as stage
+    import raybench.analysis.atlas.run as atlas_run
+    import raybench.analysis.secondary.run as secondary_run
     import raybench.infra.ray_session
 
-    monkeypatch.setattr(stage, "analyze_run", analyze_run)
-    monkeypatch.setattr(stage, "run_secondary", lambda root, protocol, cfg: {})
+    monkeypatch.setattr(atlas_run, "analyze_run", analyze_run)
+    monkeypatch.setattr(secondary_run, "run_secondary", lambda root, protocol, cfg: {})
     monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: None)
 
 

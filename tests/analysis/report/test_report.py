@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from fake_run import small_protocol, write_fake_run
 
 from raybench.analysis.atlas.figures import FIGURES, make_figures
+from raybench.analysis.registry import sections
 from raybench.analysis.release_audit.run import cell_label
-from raybench.analysis.report.render import SECTIONS, render_report
+from raybench.analysis.report.render import render_report
 from raybench.app.cli import main
 from raybench.core.atomic import write_table
 from raybench.core.paths import RunLayout
@@ -139,7 +140,7 @@ def test_audit_gaps_and_missing_run_yaml(tmp_path):
 
 
 def test_registered_sections_have_unique_ids():
-    ids = [s.id for s in SECTIONS]
+    ids = [s.id for s in sections()]
     assert len(ids) == len(set(ids)) and set(CORE + OPTIONAL) <= set(ids)
 
 
@@ -159,10 +160,11 @@ def test_report_command(tmp_path):
 
 def _fake_analysis(monkeypatch, analyze_run) -> None:
     """The analyze stage with `analyze_run` standing in for the tables and no secondary analyses."""
-    import raybench.analysis.stage as stage
+    import raybench.analysis.atlas.run as atlas_run
+    import raybench.analysis.secondary.run as secondary_run
 
-    monkeypatch.setattr(stage, "analyze_run", analyze_run)
-    monkeypatch.setattr(stage, "run_secondary", lambda root, protocol, cfg: {})
+    monkeypatch.setattr(atlas_run, "analyze_run", analyze_run)
+    monkeypatch.setattr(secondary_run, "run_secondary", lambda root, protocol, cfg: {})
 
 
 def test_analyze_command_runs_every_stage(tmp_path, monkeypatch):
