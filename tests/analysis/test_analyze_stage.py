@@ -24,8 +24,8 @@ def _record_stage(monkeypatch) -> list[tuple[str, bool]]:
     def run_analyze_stage(cfg, num_workers=None, allow_incomplete=False):
         calls.append((str(Path(cfg.run_dir).resolve()), allow_incomplete))
         report = RunLayout.at(cfg.run_dir).report
-        return stage.AnalyzeResult({"atlas": {"profiles": pd.DataFrame()}, "secondary": {"calibration": pd.DataFrame()}},
-                                   stage.Rendered([], None, report))
+        tables = {"atlas": {"profiles": pd.DataFrame()}, "secondary": {"calibration": pd.DataFrame()}}
+        return stage.AnalyzeResult(tables, stage.Rendered([], None, report))
 
     monkeypatch.setattr(stage, "run_analyze_stage", run_analyze_stage)
     return calls
