@@ -18,7 +18,7 @@ from dataclasses import replace
 
 def run_audit(run_dir: str) -> dict[str, float]:
     from raybench.analysis.reliability.run import run_reliability
-    from raybench.analysis.report.render import render_report
+    from raybench.analysis.stage import render_report
     from raybench.core.run_state import recorded_run_config
     from raybench.infra import ray_session
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from raybench.analysis.release_audit.run import cell_label, expected_cells
+from raybench.analysis.completeness import cell_label, expected_cells
 from raybench.core.atomic import write_table, write_text
 from raybench.core.config import GridProtocol, Protocol, demo_run, k_for, layer_for_depth, to_dict
 from raybench.core.paths import RunLayout

@@ -1,9 +1,11 @@
-"""`raybench analyze` (the analyze stage: tables -> secondary analyses -> figures -> audit -> report, the same
-sequence `raybench grid` runs) and `raybench report` (re-render only)."""
+"""The analysis commands: `raybench analyze` (the analyze stage: every analysis of the registry, then figures,
+audit and report, the same sequence `raybench grid` runs), `raybench report` (re-render only), and the audits
+run on their own with their heavy parts, `raybench reliability` and `raybench provenance`."""
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,7 +85,7 @@ def report(run_dir: str, strict: bool, verbose: bool) -> None:
 
 
 def _exit_on_audit(root: Path, strict: bool) -> None:
-    from raybench.analysis.release_audit.run import read_audit
+    from raybench.analysis.records import read_audit
 
     audit = read_audit(root)
     if strict and (audit is None or not audit.get("passed")):
@@ -93,3 +95,59 @@ def _exit_on_audit(root: Path, strict: bool) -> None:
 def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+
+
+# ---------------------------------------------------------------- the audits on their own
+
+@click.command()
+@click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder written by `raybench grid`.")
+@click.option("--num-workers", type=int, default=None, help="Parallel Ray tasks (default: what Ray has).")
+@click.option("--cheap-only", is_flag=True, help="Only the cheap parts (what every analyze runs).")
+def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None:
+    """How far each metric can be trusted: reseeds, seed variance, ground truth, training curves, verdicts; then
+    re-render report.html."""
+    from raybench.analysis.reliability.run import run_reliability
+    from raybench.analysis.stage import local_run_dir, render_outputs
+    from raybench.infra import ray_session
+
+    root = local_run_dir(run_dir)
+    cfg = resolve_config(run_dir, None)
+    ray_session.init_ray(cfg.resources)
+    res = run_reliability(root, cfg.protocol, cfg.reliability, heavy=not cheap_only, num_workers=num_workers)
+    rel = res.tables["reliability"]
+    from raybench.analysis.reliability.run import closing_note
+
+    click.echo(closing_note(rel))
+    click.echo("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()))
+    rendered = render_outputs(root, cfg.protocol)
+    figures = [p for p in rendered.figures if p.name.startswith("reliability_")]
+    click.echo(f"tables: {len(res.tables)} in {root / 'tables'}; figures: {len(figures)}; "
+               f"report: {rendered.report}")
+
+
+@click.command()
+@click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder written by `raybench grid`.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Run config YAML (default: the run's own run.yaml); its provenance section sets the audit.")
+@click.option("--target", default=None, help="Diagnostic superclass of the target (NORM, MI, STTC, CD, HYP); "
+                                             "default: provenance.target (NORM).")
+def provenance(run_dir: str, config_path: str | None, target: str | None) -> None:
+    """Audit whether each encoder carries device/site and whether a head relies on it (Recover / Stress /
+    Intervene / Verify per model x depth), write tables/provenance_*, figures and re-render report.html."""
+    from dataclasses import replace
+
+    from raybench.analysis.provenance_audit.run import run_provenance
+    from raybench.analysis.stage import render_outputs
+
+    cfg = resolve_config(run_dir, config_path)
+    if target is not None:
+        cfg = replace(cfg, provenance=replace(cfg.provenance, target=target))
+        cfg.provenance.validate()
+    t0 = time.perf_counter()
+    tables = run_provenance(cfg.run_dir, cfg)
+    seconds = time.perf_counter() - t0
+    ver = tables["provenance_verdicts"]
+    counts = ver.verdict.value_counts().sort_index() if len(ver) else {}
+    click.echo(f"provenance audit: {len(ver)} model x depth x variable rows in {seconds:.1f}s; "
+               + ", ".join(f"{k}: {v}" for k, v in dict(counts).items()))
+    click.echo(f"report: {render_outputs(cfg.run_dir, cfg.protocol).report}")

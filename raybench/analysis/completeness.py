@@ -11,16 +11,43 @@ cells than n_present.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from raybench.core.config import GridProtocol
 from raybench.core.errors import RaybenchError
 
 DENOM_COLUMNS = ["n_expected", "n_present", "short_denominator"]
 GRID_COLUMNS = ["arm", "model", "q", "expansion", "seed"]
 MAX_LISTED = 60  # missing cell ids named in the refusal message
+KEY = ("model", "q", "expansion", "seed", "arm")
+
+
+def cell_label(model: str, q: float, expansion: int, seed: int, arm: str) -> str:
+    """The cell id of a grid point, as the SAE stage names it (raybench.sae.cells.CellSpec.cell_id).
+
+    Used for cells that have no row in the cells table; tests check the two formats agree.
+    """
+    return f"{model}-q{round(float(q) * 100):03d}-E{int(expansion):02d}-{arm}-s{int(seed)}"
+
+
+def expected_cells(grid: GridProtocol) -> list[tuple[str, float, int, int, str]]:
+    """Grid product models x depths x expansions x seeds, plus the sensitivity arm at its depth."""
+    keys = [(m, grid_q(q), int(e), int(s), "primary")
+            for q, e, s, m in itertools.product(grid.depths, grid.expansions, grid.seeds, grid.models)]
+    if grid.sensitivity_depth is not None:
+        keys += [(m, grid_q(grid.sensitivity_depth), int(e), int(s), "sensitivity")
+                 for e, s, m in itertools.product(grid.expansions, grid.seeds, grid.models)]
+    return keys
+
+
+def grid_q(q: Any) -> float:
+    """A relative depth as the grid's keys hold it (6 decimals)."""
+    return round(float(q), 6)
 
 
 class AnalysisError(RaybenchError, RuntimeError):
@@ -33,8 +60,6 @@ class IncompleteGridError(AnalysisError):
 
 def missing_ids(missing: pd.DataFrame) -> list[str]:
     """Cell ids of the missing table's rows (grid points with no row get the SAE stage's id for them)."""
-    from raybench.analysis.release_audit.run import cell_label
-
     return [str(r.cell_id) if str(r.cell_id) else cell_label(r.model, r.q, r.expansion, r.seed, r.arm)
             for r in missing.itertuples(index=False)]
 

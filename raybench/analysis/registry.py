@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from raybench.analysis.api import Analysis, Section
+from raybench.analysis.api import Analysis
 from raybench.analysis.atlas import analysis as atlas
 from raybench.analysis.features import analysis as features
 from raybench.analysis.provenance_audit import analysis as provenance_audit
@@ -26,17 +26,3 @@ ANALYSES: list[Analysis] = [
     run_info.ANALYSIS,
 ]
 
-
-def sections() -> list[Section]:
-    """Every report section, in report order; a section id names one section only."""
-    out = [s for a in ANALYSES for s in a.sections]
-    ids = [s.id for s in out]
-    clash = sorted({i for i in ids if ids.count(i) > 1})
-    if clash:
-        raise ValueError(f"report section id(s) {clash} are used by more than one analysis: rename one")
-    return out
-
-
-def captions() -> dict[str, str]:
-    """Figure stem -> report caption, from every analysis."""
-    return {stem: text for a in ANALYSES for stem, text in a.captions.items()}

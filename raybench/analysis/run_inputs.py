@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from raybench.analysis.completeness import GRID_COLUMNS, AnalysisError
+from raybench.analysis.completeness import GRID_COLUMNS, AnalysisError, expected_cells
 from raybench.analysis.inference.packed_stats import StatsError
-from raybench.analysis.release_audit.run import expected_cells
 from raybench.core.atomic import read_json
 from raybench.core.config import Protocol
 from raybench.core.paths import RunLayout

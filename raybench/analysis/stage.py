@@ -53,9 +53,10 @@ def render_outputs(root: str | Path, protocol: Protocol | None, parallel: bool |
     """Every analysis' figures from the tables, the release audit against `protocol` (audit.json kept as it is
     when None), report.html."""
     from raybench.analysis.api import RenderInputs
+    from raybench.analysis.records import read_audit
     from raybench.analysis.registry import ANALYSES
-    from raybench.analysis.release_audit.run import AuditResult, read_audit
-    from raybench.analysis.report.render import render_report
+    from raybench.analysis.release_audit.run import AuditResult
+    from raybench.analysis.stage import render_report
 
     inp = RenderInputs(RunLayout.at(root).root, protocol, parallel)
     written: list[Path] = []
@@ -94,6 +95,23 @@ def run_analyze_stage(cfg: RunConfig, num_workers: int | None = None, allow_inco
     shown.update("analyze", done=len(todo) + 1)
     shown.finish("analyze", f"{n} tables, {len(rendered.figures)} figures written")
     return AnalyzeResult(tables, rendered)
+
+
+def render_report(root: str | Path) -> Path:
+    """report.html from what the run folder holds, with every registered analysis' sections; a run with a
+    protocol and a cells table but no audit.json gets its release audit first."""
+    from raybench.analysis.records import read_audit
+    from raybench.analysis.registry import ANALYSES
+    from raybench.analysis.release_audit.run import release_audit
+    from raybench.analysis.report.render import render_document
+    from raybench.core.run_state import run_protocol
+
+    layout = RunLayout.at(root)
+    if read_audit(root) is None:
+        protocol = run_protocol(root)
+        if protocol is not None and layout.cells_table.exists():
+            release_audit(root, protocol)
+    return render_document(root, ANALYSES)
 
 
 # ---------------------------------------------------------------- the Stage of `raybench grid`

@@ -11,7 +11,7 @@ and the analyze stage re-runs over all models (its completion is "report newer t
 The run's stamp (a `# stamp:` line of run.yaml, copied to `config_hash.json`) records the current config hash,
 its `base_hash` (the config hash with the model list removed), the model list, and `compatible_hashes`: the earlier
 config hashes of this run, which differ from the current one only by the model list. A cell counts as trained under
-the current config when it records the current hash or one of those (raybench.sae.provenance). Any other change is
+the current config when it records the current hash or one of those (raybench.sae.freshness). Any other change is
 refused, naming the keys.
 """
 

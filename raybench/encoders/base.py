@@ -11,7 +11,8 @@ An encoder is a frozen `torch.nn.Module` that
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+import importlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from raybench.core.errors import RaybenchError
+from raybench.core.models import BUILTIN
 
 ENTRY_POINT_GROUP = "raybench.encoders"
 SIZES = ("demo", "full")
@@ -134,10 +136,24 @@ def register_encoder(name: str) -> Callable[[EncoderFactory], EncoderFactory]:
     return deco
 
 
+IMPORT_ERRORS: dict[str, str] = {}
+"""Built-in adapters that failed to import: name -> error (reported by build_encoder)."""
+
+
+def load_builtin(names: Iterable[str] = BUILTIN) -> None:
+    """Import (and so register) the named built-in adapters (raybench/encoders/models/<name>.py, by name: the
+    adapters import this module, never the reverse); failures land in IMPORT_ERRORS."""
+    for name in names:
+        if name not in BUILTIN:
+            continue
+        try:
+            importlib.import_module(f"raybench.encoders.models.{name}")
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            IMPORT_ERRORS[name] = f"{type(err).__name__}: {err}"
+
+
 def _load_builtin_and_plugins(name: str | None = None) -> None:
     """Register the built-in adapters and entry-point plugins: all of them, or just what `name` needs."""
-    from raybench.encoders.models import BUILTIN, load_builtin
-
     if name is not None and name in _REGISTRY:
         return
     if name in BUILTIN:
@@ -158,8 +174,6 @@ def build_encoder(spec: EncoderSpec) -> ECGEncoder:
     """Build, load weights (if a checkpoint is given) and freeze the encoder named by `spec`."""
     _load_builtin_and_plugins(spec.name)
     if spec.name not in _REGISTRY:
-        from raybench.encoders.models import IMPORT_ERRORS
-
         if spec.name in IMPORT_ERRORS:
             raise KeyError(f"encoder {spec.name!r} failed to import: {IMPORT_ERRORS[spec.name]}")
         raise KeyError(f"unknown encoder {spec.name!r}; available: {sorted(_REGISTRY)} "
@@ -183,8 +197,6 @@ def worker_builder(name: str) -> Callable[[EncoderSpec], ECGEncoder] | None:
     factory, pickled with the builder.
     """
     import functools
-
-    from raybench.encoders.models import BUILTIN
 
     _load_builtin_and_plugins(name)
     plugins = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -216,8 +228,6 @@ def fingerprint_key(spec: EncoderSpec | Any) -> str | None:
     encoders whose code lives outside raybench (plugins, run-time registrations): those are built."""
     import hashlib
     from importlib.metadata import PackageNotFoundError, version
-
-    from raybench.encoders.models import BUILTIN
 
     if spec.name not in BUILTIN:
         return None

@@ -164,7 +164,7 @@ def _published(name: str) -> tuple[float | None, str]:
 
 
 def _adapter_module(name: str):
-    from raybench.encoders.models import BUILTIN
+    from raybench.core.models import BUILTIN
 
     if name not in BUILTIN:
         return None

@@ -1,6 +1,6 @@
 """A cell's folder: the files one trained SAE leaves, written whole into a temp dir and renamed.
 
-A cell folder that exists is complete (raybench.sae.provenance.cell_complete relies on that).
+A cell folder that exists is complete (raybench.sae.freshness.cell_complete relies on that).
 
 <cell>/sae.safetensors   W_enc [N,d], b_enc [N], W_dec [d,N], b_dec [d], norm_mean [d], norm_std [d]
 <cell>/cfg.json          hyperparameters + shapes + normalization note: the SAE is usable on its own

@@ -15,7 +15,7 @@ from raybench.core.paths import RunLayout
 from raybench.core.privacy import failure_text, is_credentialed
 from raybench.sae.cell_files import load_cell_metrics
 from raybench.sae.cells import CellSpec
-from raybench.sae.provenance import cell_done, expected_provenance
+from raybench.sae.freshness import cell_done, expected_provenance
 
 CELLS_TABLE_COLUMNS = [
     "cell_id", "model", "layer", "n_layers", "q", "realized_depth", "arm", "expansion", "n_latents", "k", "seed",
@@ -27,7 +27,7 @@ CELLS_TABLE_COLUMNS = [
 def collect_cells_table(cfg: RunConfig, cells: list[CellSpec], errors: dict[str, str]) -> pd.DataFrame:
     """One row per expected cell, in grid order; a missing cell is `failed: <reason>`, never dropped.
 
-    A cell is `ok` only when complete for this config and the current activation stores (raybench.sae.provenance).
+    A cell is `ok` only when complete for this config and the current activation stores (raybench.sae.freshness).
     """
     layout = RunLayout.at(cfg.run_dir)
     expect = expected_provenance(layout.root, cfg.config_hash(), cells)

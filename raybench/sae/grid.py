@@ -6,7 +6,7 @@ trial (raybench.sae.trial) for every unit of stacks that still has a cell to tra
 their reason. Resume never unpickles Tune state (it travels with the run folder, so it could be planted:
 raybench.sae.tune_experiments): the stacks with a missing cell run as a fresh experiment
 `tune/grid-<config hash>[-<n+1>]`, a trial never retrains a cell that is already done
-(raybench.sae.provenance), and a stack resumes from the newest pickle-free in-trial checkpoint an earlier
+(raybench.sae.freshness), and a stack resumes from the newest pickle-free in-trial checkpoint an earlier
 experiment of the config left for it. So a killed driver loses at most the steps since the last checkpoint,
 and every rerun trains exactly the missing cells.
 """
@@ -28,9 +28,9 @@ from raybench.encoders.store import ActivationStore, StoreError
 from raybench.infra.resources import resolve_reuse_trial_processes, resolve_trial_gpus
 from raybench.sae.cells import CellSpec, build_cells, group_trials
 from raybench.sae.cells_table import collect_cells_table
+from raybench.sae.freshness import cell_done, check_stores_match_manifest, expected_provenance
 from raybench.sae.grid_progress import GridProgress, progress_callback
 from raybench.sae.grid_progress import finish as finish_progress
-from raybench.sae.provenance import cell_done, check_stores_match_manifest, expected_provenance
 from raybench.sae.tracking import tracking_callbacks
 from raybench.sae.trial import train_cells_trial
 from raybench.sae.tune_experiments import RESUME_KEY, earlier_checkpoints, experiment_dirs, fs_join

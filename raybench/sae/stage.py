@@ -48,7 +48,7 @@ def train_complete(cfg: RunConfig) -> bool:
     # the table may predate new activation stores or hand-copied cells: every cell must match them itself
     from raybench.encoders.store import ActivationStore, StoreError
     from raybench.sae.cells import build_cells
-    from raybench.sae.provenance import cell_done, expected_provenance
+    from raybench.sae.freshness import cell_done, expected_provenance
 
     try:
         cells = build_cells(cfg.protocol, ActivationStore.for_run(layout.root).model_dims(cfg.protocol.grid.models))

@@ -22,8 +22,8 @@ from raybench.sae.cell_files import save_cell
 from raybench.sae.cells import CellSpec
 from raybench.sae.data import CellData, load_cell_data
 from raybench.sae.evaluate import evaluate_cell
+from raybench.sae.freshness import activation_provenance, cell_done, expected_provenance
 from raybench.sae.model import SAECellConfig
-from raybench.sae.provenance import activation_provenance, cell_done, expected_provenance
 from raybench.sae.tracking import curve_report, final_report
 from raybench.sae.train import train_stack
 from raybench.sae.trial_state import load_trial_state, save_trial_state
@@ -93,7 +93,7 @@ def _train_and_save(layout: RunLayout, protocol: Protocol, todo: list[CellSpec],
     """Train one stack (the seeds of a cell) together, then evaluate and save each SAE atomically.
 
     Each cell's metrics.json records `config_hash` and `provenance` (manifest hash + encoder fingerprint of the
-    activations it was trained on): raybench.sae.provenance compares them with the run's current ones.
+    activations it was trained on): raybench.sae.freshness compares them with the run's current ones.
     With `log_every` (experiment tracking) each cell's loss curves and final metrics are reported to Tune's logger
     callbacks (raybench.sae.tracking).
     """

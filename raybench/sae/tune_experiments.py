@@ -4,7 +4,7 @@ Experiments are `tune/grid-<config hash>[-<n>]` (raybench.sae.grid). Tune's own 
 the trials' pickles) travels with the run folder, so anyone who can write there (a copied run, a shared bucket)
 could plant a pickle that runs code on `Tuner.restore`; no stamp beside it can prove otherwise. So raybench never
 restores a Tune experiment: a rerun starts a fresh one for the stacks still missing (finished cells are recognised
-by their own files, raybench.sae.provenance), and a stack resumes from the newest in-trial checkpoint an earlier
+by their own files, raybench.sae.freshness), and a stack resumes from the newest in-trial checkpoint an earlier
 experiment of the same config left for it: safetensors + JSON (raybench.sae.trial_state), nothing unpickled.
 """
 

@@ -28,8 +28,8 @@ from fake_run import D_MODEL, N_LAYERS, small_protocol, write_fake_run
 from test_mimic import write_mimic_fixture
 
 from raybench.analysis.release_audit.run import release_audit
-from raybench.analysis.report.render import render_report
 from raybench.analysis.run_inputs import select_ok
+from raybench.analysis.stage import render_report
 from raybench.app.cli import main
 from raybench.core.atomic import write_json, write_table, write_text
 from raybench.core.config import CohortConfig, ModelDims, RunConfig, demo_run
@@ -267,7 +267,7 @@ def test_failure_text_rules():
 
 def test_secondary_analysis_failures_are_reduced_too():
     """tables/secondary_failures.json (then audit.json and the report) gets the same treatment."""
-    from raybench.analysis.secondary.run import failure_record
+    from raybench.analysis.records import failure_record
 
     err = KeyError("[40012345, 40023456] not in index")
     mimic = RunConfig(cohort=CohortConfig(kind="mimic", root="/data/mimic"))

@@ -64,7 +64,7 @@ def test_a_cell_of_another_config_or_of_stale_activations_is_not_complete_and_is
     record differs from the run's current ones is retrained (not passed off as `ok` with the current hash)."""
     import json
 
-    from raybench.sae.provenance import activation_provenance
+    from raybench.sae.freshness import activation_provenance
 
     cfg = _fresh(encoded, tmp_path, trial_unit="model")
     grid = replace(cfg.protocol.grid, models=("csfm",), depths=(0.0,), expansions=(1,), seeds=(4311,),

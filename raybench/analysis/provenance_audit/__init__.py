@@ -3,5 +3,5 @@ and does a linear head on its embedding rely on it? Recover (probes.py), Stress 
 (intervene.py), Verify (verdict.py) on one embedding (audit.py); SAE latents that carry provenance
 (features.py); Ray tasks per model x depth (run.py); figures, report section, `raybench provenance` (cli.py).
 
-Not to be confused with raybench.sae.provenance (whether a trained cell matches its inputs).
+Not to be confused with raybench.sae.freshness (whether a trained cell matches its inputs).
 """

@@ -10,7 +10,8 @@ from raybench.analysis.release_audit.section import SECTIONS
 
 def write_audit(inp: RenderInputs) -> list[Path]:
     """tables/audit.json against the run's protocol (left as it is when the run recorded none)."""
-    from raybench.analysis.release_audit.run import AUDIT_FILE, release_audit
+    from raybench.analysis.records import AUDIT_FILE
+    from raybench.analysis.release_audit.run import release_audit
 
     if inp.protocol is None:
         return []

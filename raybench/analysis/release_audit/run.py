@@ -6,7 +6,6 @@ the audit names exactly what is missing or failed; failed cells stay in the deno
 
 from __future__ import annotations
 
-import itertools
 import logging
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -14,32 +13,14 @@ from typing import Any
 
 import pandas as pd
 
+from raybench.analysis.completeness import KEY, cell_label, expected_cells, grid_q
+from raybench.analysis.records import AUDIT_FILE
 from raybench.core.atomic import write_json
 from raybench.core.config import GridProtocol, Protocol, k_for, layer_for_depth
 from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
-AUDIT_FILE = "audit.json"
-KEY = ("model", "q", "expansion", "seed", "arm")
-
-
-def cell_label(model: str, q: float, expansion: int, seed: int, arm: str) -> str:
-    """The cell id of a grid point, as the SAE stage names it (raybench.sae.cells.CellSpec.cell_id).
-
-    Used for cells that have no row in the cells table; tests check the two formats agree.
-    """
-    return f"{model}-q{round(float(q) * 100):03d}-E{int(expansion):02d}-{arm}-s{int(seed)}"
-
-
-def expected_cells(grid: GridProtocol) -> list[tuple[str, float, int, int, str]]:
-    """Grid product models x depths x expansions x seeds, plus the sensitivity arm at its depth."""
-    keys = [(m, _q(q), int(e), int(s), "primary")
-            for q, e, s, m in itertools.product(grid.depths, grid.expansions, grid.seeds, grid.models)]
-    if grid.sensitivity_depth is not None:
-        keys += [(m, _q(grid.sensitivity_depth), int(e), int(s), "sensitivity")
-                 for e, s, m in itertools.product(grid.expansions, grid.seeds, grid.models)]
-    return keys
 
 
 @dataclass(frozen=True)
@@ -117,7 +98,7 @@ def audit_cells(cells: pd.DataFrame | None, protocol: Protocol) -> AuditResult:
     notes: list[str] = []
     rows: dict[tuple, dict[str, Any]] = {}
     for rec in cells.to_dict("records"):
-        key = (str(rec["model"]), _q(rec["q"]), int(rec["expansion"]), int(rec["seed"]), str(rec["arm"]))
+        key = (str(rec["model"]), grid_q(rec["q"]), int(rec["expansion"]), int(rec["seed"]), str(rec["arm"]))
         cid = str(rec.get("cell_id", cell_label(*key)))
         if key in rows:  # a retried cell may have several rows: an ok one wins, two ok rows are a conflict
             if _is_ok(rows[key]) and _is_ok(rec):
@@ -165,7 +146,7 @@ def release_audit(root: str | Path, protocol: Protocol) -> AuditResult:
 def secondary_problems(root: str | Path) -> list[str]:
     """One problem per secondary analysis recorded as failed (tables/secondary_failures.json), or one for an
     unreadable record; [] when none failed or the secondary analyses never ran."""
-    from raybench.analysis.secondary.run import read_failures
+    from raybench.analysis.records import read_failures
 
     try:
         failures = read_failures(root)
@@ -174,13 +155,6 @@ def secondary_problems(root: str | Path) -> list[str]:
     return [f"secondary analysis {f.get('analysis')} failed ({f.get('reason')}); its tables and figures are "
             "missing: fix the cause and rerun raybench analyze" for f in failures]
 
-
-def read_audit(root: str | Path) -> dict[str, Any] | None:
-    """The last written audit (tables/audit.json) or None."""
-    import json
-
-    path = RunLayout.at(root).tables_dir / AUDIT_FILE
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 # ---------------------------------------------------------------- helpers
@@ -239,9 +213,6 @@ def _finite(v: Any) -> bool:
     except (TypeError, ValueError):
         return False
 
-
-def _q(q: Any) -> float:
-    return round(float(q), 6)
 
 
 def _empty_cells() -> pd.DataFrame:

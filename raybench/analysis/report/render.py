@@ -1,6 +1,6 @@
 """The run report: one deterministic HTML file (figures embedded), opened from the run folder or an export.
 
-`render_report` walks the sections of every analysis in `registry.ANALYSES` (report order) and renders each
+`render_document` walks the sections of the analyses it is given (the registry's, in report order) and renders each
 from the run's tables and figures with the HTML pieces of report/html.py; figures and tables that no section
 claims land in "Other results". Only two things are links relative to the run folder, never absolute paths or
 external resources: the full CSV of a table too long to inline, and the lazy-loaded dashboard images
@@ -10,35 +10,38 @@ external resources: the full CSV of a table too long to inline, and the lazy-loa
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 
-from raybench.analysis.api import Context, Section
-from raybench.analysis.registry import captions, sections
-from raybench.analysis.release_audit.run import read_audit, release_audit
+from raybench.analysis.api import Analysis, Context, Section
+from raybench.analysis.records import read_audit, read_failures
 from raybench.analysis.report.html import CSS, TEMPLATE, figure_html, table_block
 from raybench.analysis.report.plotting import load_tables
 from raybench.core.atomic import write_text
 from raybench.core.paths import RunLayout
-from raybench.core.run_state import read_run_yaml, run_protocol
+from raybench.core.run_state import read_run_yaml
 
 OTHER = Section("other", "Other results", "Figures and tables of this run that no section above claims.")
 
 
-def render_report(root: str | Path) -> Path:
-    """Write `root`/report.html (atomically) from the run's tables, figures, run.yaml and audit."""
+def render_document(root: str | Path, analyses: Sequence[Analysis]) -> Path:
+    """Write `root`/report.html (atomically) from the run's tables, figures, run.yaml and audit.json, with the
+    sections of `analyses` in order (raybench.analysis.stage.render_report passes the registry's)."""
     layout = RunLayout.at(root)
     run = read_run_yaml(root)
     audit = read_audit(root)
-    if audit is None:
-        protocol = run_protocol(root)
-        if protocol is not None and layout.cells_table.exists():
-            audit = release_audit(root, protocol).to_dict()
+    captions = {stem: text for a in analyses for stem, text in a.captions.items()}
+    sections = [s for a in analyses for s in a.sections]
+    ids = [s.id for s in sections]
+    clash = sorted({i for i in ids if ids.count(i) > 1})
+    if clash:
+        raise ValueError(f"report section id(s) {clash} are used by more than one analysis: rename one")
     figures = {p.stem: p for p in sorted(layout.figures_dir.glob("*.png"))}
     ctx = Context(layout=layout, tables=load_tables(layout.tables_dir), figures=figures, run=run, audit=audit,
                   failures=_secondary_failures(root))
     parts, nav = [], []
-    for section in [*sections(), OTHER]:
-        body = _render_section(section, ctx)
+    for section in [*sections, OTHER]:
+        body = _render_section(section, ctx, captions)
         if body is None:
             continue
         nav.append(f'<a href="#{section.id}">{html.escape(section.title)}</a>')
@@ -49,7 +52,7 @@ def render_report(root: str | Path) -> Path:
     return layout.report
 
 
-def _render_section(section: Section, ctx: Context) -> str | None:
+def _render_section(section: Section, ctx: Context, captions: dict[str, str]) -> str | None:
     if section.id == OTHER.id:
         figs = [s for s in sorted(ctx.figures) if s not in ctx.claimed_figures]
         tabs = [s for s in sorted(ctx.tables) if s not in ctx.claimed_tables and s != "audit"]
@@ -69,7 +72,7 @@ def _render_section(section: Section, ctx: Context) -> str | None:
     absent = [t for t in section.needs if t not in ctx.tables or ctx.tables[t].empty]
     if section.body is not None and not absent:
         out.append(section.body(ctx))
-    out += [figure_html(stem, ctx.figures[stem], captions().get(stem) or stem.replace("_", " ")) for stem in figs]
+    out += [figure_html(stem, ctx.figures[stem], captions.get(stem) or stem.replace("_", " ")) for stem in figs]
     out += [table_block(stem, ctx.tables[stem], href=_table_href(ctx, stem)) for stem in tabs]
     if absent or (section.body is None and not figs and not tabs):
         wanted = absent or [*section.tables, *section.figures]
@@ -89,7 +92,6 @@ def _table_href(ctx: Context, stem: str) -> str | None:
 
 def _secondary_failures(root: str | Path) -> dict[str, str]:
     """Failed secondary analyses of the last run (tables/secondary_failures.json): analysis -> reason."""
-    from raybench.analysis.secondary.run import read_failures
 
     try:
         return {str(f.get("analysis")): str(f.get("reason", "")) for f in read_failures(root)}

@@ -288,7 +288,7 @@ def inspect_checkpoint(path: str, size: str = "full") -> dict:
     architecture its config describes, loaded / missing / extra keys, the keys dropped by name, parameter
     counts (loaded, model, backbone) and the base size's count. `size` is unused (the file's config defines the
     model); accepted so every adapter's inspect takes the same arguments. Unreadable files raise CheckpointError."""
-    from raybench.encoders.checkpoint_cli import key_report
+    from raybench.encoders.base import key_report
 
     p = Path(path)
     if p.is_dir():

@@ -49,7 +49,7 @@ def test_rerun_is_byte_identical_and_ray_tasks_draw_the_same_bytes(drawn, ray_cl
 
 def test_missing_tables_are_skipped_with_a_note(tmp_path, caplog):
     write_fake_run(tmp_path, small_protocol(), tables=("profiles", "rank_stability"))
-    with caplog.at_level(logging.INFO, logger="raybench.analysis.atlas.figures"):
+    with caplog.at_level(logging.INFO, logger="raybench.analysis.report.figures"):
         written = make_figures(tmp_path)
     assert sorted(p.name for p in written) == ["forest_auc.png", "forest_auc.svg", "rank_stability.png",
                                                "rank_stability.svg"]

@@ -156,7 +156,7 @@ def test_incomplete_grid_refused_then_flagged(tmp_path, ray_cluster):
     from test_tables import write_planted_run
 
     from raybench.analysis.atlas.run import analyze_run
-    from raybench.analysis.release_audit.run import cell_label
+    from raybench.analysis.completeness import cell_label
     from raybench.core.atomic import write_table
     from raybench.core.paths import RunLayout
 
@@ -320,7 +320,7 @@ def test_small_run_has_the_new_tables_figures_and_sections(tmp_path, ray_cluster
 
     from raybench.analysis.atlas.figures import make_figures
     from raybench.analysis.atlas.run import analyze_run
-    from raybench.analysis.report.render import render_report
+    from raybench.analysis.stage import render_report
     from raybench.core.atomic import write_table
     from raybench.core.paths import RunLayout
 

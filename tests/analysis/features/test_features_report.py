@@ -24,7 +24,7 @@ import raybench.analysis.features.dashboards as dashboards
 import raybench.analysis.features.figures as render
 from raybench.analysis.features.cli import FeaturesOutError, out_folder
 from raybench.analysis.features.dashboards import ConceptView, ModelView, Pick, pick_records, unexplained_latents
-from raybench.analysis.report.render import render_report
+from raybench.analysis.stage import render_report
 from raybench.app.cli import main
 from raybench.app.export import ExportError, export_run, report_links
 from raybench.core.atomic import write_table, write_text

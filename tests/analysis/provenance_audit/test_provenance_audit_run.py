@@ -26,7 +26,7 @@ def _config(root, **provenance) -> RunConfig:
 @pytest.mark.slow
 def test_planted_cohort_through_the_encoder_is_recovered_and_relied_on(tmp_path, ray_cluster):
     from raybench.analysis.provenance_audit.run import run_provenance
-    from raybench.analysis.report.render import render_report
+    from raybench.analysis.stage import render_report
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
     from raybench.cohorts.synth_provenance import ProvenancePlant

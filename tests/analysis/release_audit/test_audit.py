@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from fake_run import write_fake_run
 
-from raybench.analysis.release_audit.run import audit_cells, cell_label, expected_cells, release_audit
+from raybench.analysis.completeness import cell_label, expected_cells
+from raybench.analysis.release_audit.run import audit_cells, release_audit
 from raybench.core.config import GridProtocol, Protocol, demo_protocol
 from raybench.core.paths import RunLayout
 from raybench.core.run_state import run_protocol

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from fake_run import small_protocol, write_fake_run
 
 from raybench.analysis.atlas.figures import FIGURES, make_figures
-from raybench.analysis.registry import sections
-from raybench.analysis.release_audit.run import cell_label
-from raybench.analysis.report.render import render_report
+from raybench.analysis.completeness import cell_label
+from raybench.analysis.registry import ANALYSES
+from raybench.analysis.stage import render_report
 from raybench.app.cli import main
 from raybench.core.atomic import write_table
 from raybench.core.paths import RunLayout
@@ -140,7 +140,7 @@ def test_audit_gaps_and_missing_run_yaml(tmp_path):
 
 
 def test_registered_sections_have_unique_ids():
-    ids = [s.id for s in sections()]
+    ids = [s.id for a in ANALYSES for s in a.sections]
     assert len(ids) == len(set(ids)) and set(CORE + OPTIONAL) <= set(ids)
 
 

@@ -43,8 +43,8 @@ def _build_run(root: Path):
     from raybench.sae.cells_table import collect_cells_table
     from raybench.sae.data import load_cell_data
     from raybench.sae.evaluate import evaluate_cell
+    from raybench.sae.freshness import expected_provenance
     from raybench.sae.model import SAECellConfig
-    from raybench.sae.provenance import expected_provenance
     from raybench.sae.train import train_stack
 
     torch.set_num_threads(1)  # tiny models: one thread is fastest, and the machine is shared
@@ -182,8 +182,8 @@ def test_failed_analysis_leaves_no_stale_outputs_and_fails_the_audit(tmp_path, m
     import raybench.analysis.secondary.intervention as intervention
     import raybench.infra.ray_session
     from raybench.analysis.release_audit.run import release_audit
-    from raybench.analysis.report.render import render_report
     from raybench.analysis.secondary.run import run_secondary
+    from raybench.analysis.stage import render_report
     from raybench.core.atomic import write_table
     from raybench.core.config import demo_run
 
