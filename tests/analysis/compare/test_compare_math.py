@@ -135,3 +135,17 @@ def test_protocol_mismatch_names_the_fields_and_the_fix():
 def test_run_seeds_are_distinct_and_fixed():
     assert run_seed(20260801, 0) != run_seed(20260801, 1)
     assert run_seed(20260801, 0) == run_seed(20260801, 0)
+
+
+def test_figure_and_report_from_the_tables_alone(tmp_path):
+    from raybench.analysis.compare.figures import draw
+    from raybench.analysis.compare.section import write_report
+
+    tables = compute(_run("ptbxl", POINT_A, _constant_draws(POINT_A)), _run("<b>", POINT_B, _constant_draws(POINT_B)))
+    first, second = draw(tables, tmp_path / "one"), draw(tables, tmp_path / "two")
+    assert [p.name for p in first] == ["compare.png", "compare.svg"]
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
+    assert draw({**tables, "leaders": tables["leaders"].iloc[:0]}, tmp_path / "none") == []
+    html = write_report(tables, tmp_path, first).read_text()
+    assert "&lt;b&gt;" in html and "<b>" not in html.split("<main>")[1].split("</h1>")[0]  # run names escaped
+    assert "Metric-specific leader preserved in 2 of 3 metrics" in html
