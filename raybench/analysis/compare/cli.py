@@ -59,7 +59,9 @@ def compare(run_a: str, run_b: str, out: str | None, draws: int | None, seed: in
     cfg_a, cfg_b = resolve_config(run_a, None), resolve_config(run_b, None)
     check_comparable(protocol_differences(cfg_a.protocol, cfg_b.protocol), name_a, name_b)
     check_metrics(name_a, read_profiles_table(root_a), name_b, read_profiles_table(root_b))
-    config = CompareConfig(draws=draws, **({} if seed is None else {"seed": seed})).validate()
+    inf = cfg_a.protocol.inference  # run A's interval bounds (the protocol's 2.5 / 97.5 unless it sets others)
+    config = CompareConfig(draws=draws, ci_low=inf.ci_low, ci_high=inf.ci_high,
+                           **({} if seed is None else {"seed": seed})).validate()
     n = config.draws or min(cfg_a.protocol.inference.patient_draws, cfg_b.protocol.inference.patient_draws)
 
     ray_session.init_ray(cfg_a.resources)
