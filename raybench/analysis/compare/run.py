@@ -212,11 +212,33 @@ def leader_rows(metric: str, models: tuple[str, ...], pa: np.ndarray, pb: np.nda
             bool(np.any(ta & tb)), float(rb[ta].min()), float(ra[tb].min()), prob)
 
 
-def compute(run_a: RunProfiles, run_b: RunProfiles, config: CompareConfig = CompareConfig()) -> dict[str, pd.DataFrame]:
-    """The comparison tables (COLUMNS) of two runs of one protocol; models aligned by name in run A's order.
+def agreement_row(metric: str, pa: np.ndarray, pb: np.ndarray, da: np.ndarray, db: np.ndarray, lo: float,
+                  hi: float) -> tuple:
+    """One `rank_agreement` row: tau-b and rho of the two runs' AUC vectors, each with its interval over the
+    draw pairs."""
+    return (metric, pa.shape[1], float(kendall_tau_b(pa, pb)[0]), *_ci(kendall_tau_b(da, db), lo, hi),
+            float(spearman_rho(pa, pb)[0]), *_ci(spearman_rho(da, db), lo, hi))
 
-    diff = run B's AUC minus run A's; its interval and p (docs/protocol.md §8.3's formula) come from the
-    differences of independent draws, p_bh is Benjamini-Hochberg within each metric."""
+
+def difference_rows(metric: str, models: tuple[str, ...], pa: np.ndarray, pb: np.ndarray, da: np.ndarray,
+                    db: np.ndarray, lo: float, hi: float) -> list[tuple]:
+    """The `auc_differences` rows of one metric: each run's AUC, interval and rank; B - A with its interval over
+    the draw pairs, p (docs/protocol.md §8.3's formula) and Benjamini-Hochberg over the metric's models."""
+    (alo, ahi), (blo, bhi) = st.percentile_ci(da, lo, hi), st.percentile_ci(db, lo, hi)
+    ra, rb = high_ranks(pa)[0], high_ranks(pb)[0]
+    rows = []
+    for i, m in enumerate(models):
+        d = db[:, i] - da[:, i]
+        dlo, dhi = st.percentile_ci(d, lo, hi)
+        rows.append((metric, m, pa[0, i], alo[i], ahi[i], ra[i], pb[0, i], blo[i], bhi[i], rb[i],
+                     pb[0, i] - pa[0, i], float(dlo), float(dhi), st.paired_p(d)))
+    p_bh = st.benjamini_hochberg([r[-1] for r in rows])
+    return [(*r, float(p)) for r, p in zip(rows, p_bh, strict=True)]
+
+
+def compute(run_a: RunProfiles, run_b: RunProfiles, config: CompareConfig = CompareConfig()) -> dict[str, pd.DataFrame]:
+    """The comparison tables (COLUMNS) of two runs of one protocol; models aligned by name in run A's order,
+    draw i of A paired with draw i of B (the first `n` of each, n the smaller count); diff = B - A."""
     config.validate()
     diffs = protocol_differences(run_a.protocol, run_b.protocol)
     check_comparable(diffs, run_a.name, run_b.name)
@@ -230,19 +252,8 @@ def compute(run_a: RunProfiles, run_b: RunProfiles, config: CompareConfig = Comp
         pa, pb = run_a.point[k][None, :], run_b.point[k][col_b][None, :]
         da, db = run_a.draws[k, :n], run_b.draws[k, :n][:, col_b]
         leaders.append(leader_rows(metric, models, pa, pb, da, db))
-        tau, rho = kendall_tau_b(da, db), spearman_rho(da, db)
-        agree.append((metric, len(models), float(kendall_tau_b(pa, pb)[0]), *_ci(tau, lo, hi),
-                      float(spearman_rho(pa, pb)[0]), *_ci(rho, lo, hi)))
-        ca, cb = st.percentile_ci(da, lo, hi), st.percentile_ci(db, lo, hi)
-        ra, rb = high_ranks(pa)[0], high_ranks(pb)[0]
-        rows = []
-        for i, m in enumerate(models):
-            d = db[:, i] - da[:, i]
-            dlo, dhi = st.percentile_ci(d, lo, hi)
-            rows.append([metric, m, pa[0, i], ca[0][i], ca[1][i], ra[i], pb[0, i], cb[0][i], cb[1][i], rb[i],
-                         pb[0, i] - pa[0, i], float(dlo), float(dhi), st.paired_p(d)])
-        p_bh = st.benjamini_hochberg([r[-1] for r in rows])
-        differ += [(*r, float(p)) for r, p in zip(rows, p_bh, strict=True)]
+        agree.append(agreement_row(metric, pa, pb, da, db, lo, hi))
+        differ += difference_rows(metric, models, pa, pb, da, db, lo, hi)
     runs = [("a", run_a.name, run_a.cohort_kind, run_a.protocol.name, len(run_a.models), run_a.n_cells,
              run_a.n_patients, run_a.n_concepts, n, run_a.seed),
             ("b", run_b.name, run_b.cohort_kind, run_b.protocol.name, len(run_b.models), run_b.n_cells,
