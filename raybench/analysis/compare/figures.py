@@ -26,9 +26,10 @@ from raybench.analysis.plotting import (
 )
 
 STEM = "compare"
-CAPTION = ("Top: each model's common-scale AUC in run A (x) and run B (y) with patient-bootstrap 95% intervals; "
-           "ringed: each run's leader(s); title: Kendall τ of the model profiles with its interval. Bottom: the "
-           "AUC difference B − A per model with the interval from independent draws of the two runs.")
+CAPTION = ("Top: each model's common-scale AUC in run A (x) and run B (y) with patient-bootstrap percentile "
+           "intervals (95% unless the protocol sets other bounds); ringed: each run's leader(s); title: Kendall τ of "
+           "the model profiles with its interval. Bottom: the AUC difference B − A per model with the interval from "
+           "independent draws of the two runs.")
 
 
 def _title(metric: str, agree: pd.Series, lead: pd.Series) -> str:

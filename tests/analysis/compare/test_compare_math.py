@@ -15,6 +15,7 @@ from raybench.analysis.compare.run import (
     CompareError,
     RunProfiles,
     check_comparable,
+    check_metrics,
     compute,
     kendall_tau_b,
     protocol_differences,
@@ -149,3 +150,12 @@ def test_figure_and_report_from_the_tables_alone(tmp_path):
     html = write_report(tables, tmp_path, first).read_text()
     assert "&lt;b&gt;" in html and "<b>" not in html.split("<main>")[1].split("</h1>")[0]  # run names escaped
     assert "Metric-specific leader preserved in 2 of 3 metrics" in html
+
+
+def test_profiles_with_other_metrics_are_refused():
+    import pandas as pd
+
+    full = pd.DataFrame({"metric": ["reconstruction", "accessibility", "coverage"], "model": "csfm"})
+    check_metrics("a", full, "b", full)
+    with pytest.raises(CompareError, match=r"in a, \['accessibility', 'reconstruction'\] in b"):
+        check_metrics("a", full, "b", full[full.metric != "coverage"])
