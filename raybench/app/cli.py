@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "checkpoint": "raybench.encoders.checkpoint_cli:checkpoint",
     "provenance": "raybench.analysis.provenance_audit.cli:provenance",
     "reliability": "raybench.analysis.reliability.cli:reliability",
+    "compare": "raybench.analysis.compare.cli:compare",
 }
 
 

@@ -1,0 +1,79 @@
+"""`raybench compare RUN_A RUN_B [--out DIR]`: two finished runs of one protocol side by side (docs/protocol.md
+§8.8): tables (Parquet + CSV), a figure (PNG + SVG) and report.html under --out, by default
+<RUN_A>/compare/<name of RUN_B>/.
+
+The protocols are checked first, from run.yaml alone, so runs that cannot be compared are refused (exit 2, the
+differing fields named) before any statistics are read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def default_out(run_a: Path, run_b: Path) -> Path:
+    """<RUN_A>/compare/<name of RUN_B>/."""
+    return run_a / "compare" / run_b.resolve().name
+
+
+def run_names(run_a: Path, run_b: Path) -> tuple[str, str]:
+    """The runs' folder names, or their paths when the names are the same."""
+    a, b = run_a.resolve().name, run_b.resolve().name
+    return (a, b) if a != b else (str(run_a), str(run_b))
+
+
+@click.command()
+@click.argument("run_a", type=click.Path(file_okay=False))
+@click.argument("run_b", type=click.Path(file_okay=False))
+@click.option("--out", default=None, help="Output folder (default: <RUN_A>/compare/<name of RUN_B>/).")
+@click.option("--draws", type=int, default=None,
+              help="Patient-bootstrap draws per run (default: the smaller of the runs' inference.patient_draws).")
+@click.option("--seed", type=int, default=None, help="Seed of the comparison's draws (default 20260801).")
+@click.option("--num-workers", type=int, default=None, help="Parallel bootstrap tasks (default: what Ray has).")
+def compare(run_a: str, run_b: str, out: str | None, draws: int | None, seed: int | None,
+            num_workers: int | None) -> None:
+    """Compare two finished runs of one protocol (e.g. PTB-XL and MIMIC-IV-ECG): per metric whether each run's
+    leader is preserved in the other, Kendall tau and Spearman rho of the model profiles and each model's AUC
+    difference, with intervals from independent patient bootstraps of the two runs."""
+    from raybench.analysis.cli import resolve_config
+    from raybench.analysis.compare.figures import draw
+    from raybench.analysis.compare.run import (
+        CompareConfig,
+        check_comparable,
+        check_metrics,
+        compute,
+        load_profiles,
+        protocol_differences,
+        read_profiles_table,
+        run_seed,
+        write_tables,
+    )
+    from raybench.analysis.compare.section import write_report
+    from raybench.analysis.stage import local_run_dir
+    from raybench.infra import ray_session
+
+    root_a, root_b = local_run_dir(run_a), local_run_dir(run_b)
+    name_a, name_b = run_names(root_a, root_b)
+    cfg_a, cfg_b = resolve_config(run_a, None), resolve_config(run_b, None)
+    check_comparable(protocol_differences(cfg_a.protocol, cfg_b.protocol), name_a, name_b)
+    check_metrics(name_a, read_profiles_table(root_a), name_b, read_profiles_table(root_b))
+    inf = cfg_a.protocol.inference  # run A's interval bounds (the protocol's 2.5 / 97.5 unless it sets others)
+    config = CompareConfig(draws=draws, ci_low=inf.ci_low, ci_high=inf.ci_high,
+                           **({} if seed is None else {"seed": seed})).validate()
+    n = config.draws or min(cfg_a.protocol.inference.patient_draws, cfg_b.protocol.inference.patient_draws)
+
+    ray_session.init_ray(cfg_a.resources)
+    a = load_profiles(root_a, name_a, cfg_a.protocol, cfg_a.cohort.kind, n, run_seed(config.seed, 0), num_workers)
+    b = load_profiles(root_b, name_b, cfg_b.protocol, cfg_b.cohort.kind, n, run_seed(config.seed, 1), num_workers)
+    tables = compute(a, b, config)
+    folder = Path(out) if out is not None else default_out(root_a, root_b)
+    write_tables(tables, folder)
+    figures = draw(tables, folder / "figures")
+    report = write_report(tables, folder, figures)
+    for r in tables["leaders"].itertuples():
+        state = "preserved" if bool(r.leader_preserved) else "not preserved"
+        click.echo(f"{r.metric}: leader {r.leader_a} in {name_a}, {r.leader_b} in {name_b}: {state} "
+                   f"(in {r.preserved_prob:.0%} of draw pairs)")
+    click.echo(f"tables: {len(tables)} in {folder / 'tables'}; figures: {len(figures)}; report: {report}")
