@@ -17,6 +17,7 @@ from raybench.analysis.audit import read_audit, read_run_yaml, release_audit, ru
 from raybench.analysis.features.section import SECTION as FEATURES_SECTION
 from raybench.analysis.figures import FIGURES
 from raybench.analysis.paper_report import PAPER_SECTIONS
+from raybench.analysis.paper_vs_run import SECTION as PAPER_VS_RUN_SECTION
 from raybench.analysis.plotting import load_tables
 from raybench.analysis.report_html import CSS, TEMPLATE, figure_html, table_block
 from raybench.analysis.report_sections import OTHER, SECTIONS, Context, Section, register_section
@@ -28,6 +29,7 @@ CAPTIONS = {spec.stem: spec.caption for spec in FIGURES}
 for _section, _before in PAPER_SECTIONS:
     register_section(_section, before=_before)
 register_section(FEATURES_SECTION, before="protocol")
+register_section(PAPER_VS_RUN_SECTION, before="protocol")
 
 
 def render_report(root: str | Path) -> Path:

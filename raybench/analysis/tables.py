@@ -23,6 +23,7 @@ from raybench.analysis.completeness import AnalysisError, annotate_base, check_c
 from raybench.analysis.metrics import trapezoid_auc
 from raybench.analysis.packed_stats import METRIC_NAMES, load_packed_stats, read_cell_stats
 from raybench.analysis.paper_run import Crossed, paper_tables
+from raybench.analysis.published import model_values
 from raybench.analysis.randomness import write_randomness
 from raybench.analysis.reproducibility import reproducibility_tables
 from raybench.analysis.run_inputs import (
@@ -43,15 +44,9 @@ from raybench.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
-# docs/protocol.md §10.1: published PTB-XL common-scale AUCs (the report's "paper" column).
-PUBLISHED: dict[str, dict[str, float]] = {
-    "reconstruction": {"hubert_ecg": .985, "ecg_jepa": .972, "csfm": .964, "ecg_fm": .940, "cardiac_fm": .936,
-                       "st_mem": .916},
-    "accessibility": {"ecg_jepa": .351, "ecg_fm": .331, "cardiac_fm": .331, "st_mem": .314, "hubert_ecg": .272,
-                      "csfm": .266},
-    "coverage": {"cardiac_fm": .806, "ecg_fm": .788, "ecg_jepa": .772, "st_mem": .726, "hubert_ecg": .663,
-                 "csfm": .659},
-}
+# docs/protocol.md §10.1: published PTB-XL common-scale AUCs (the report's "paper" column); the package's
+# paper_values.csv (raybench.analysis.published) is their one owner.
+PUBLISHED: dict[str, dict[str, float]] = model_values("table_s1", "auc")
 
 COLUMNS: dict[str, list[str]] = {
     "profiles": ["model", "metric", "auc", "ci_low", "ci_high", "rank1_prob", "mean_rank", "published"],
@@ -268,9 +263,22 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     out = {name: annotate_base(name, df[COLUMNS[name]], keys, sq)[TABLE_COLUMNS[name]] for name, df in out.items()}
     out.update(paper_tables(layout, protocol, ok, point, keys, crossed_store, repro_pairs, models, cohort_kind,
                             num_workers))
+    out.update(_paper_numbers(layout, ok, point, out, models, cohort_kind))
     for name, df in out.items():
         df = df.reset_index(drop=True)
         out[name] = df
         if write:
             write_table(layout.tables_dir / f"{name}.parquet", df)
     return out
+
+
+def _paper_numbers(layout: RunLayout, ok: pd.DataFrame, point: np.ndarray, out: dict[str, pd.DataFrame],
+                   models: list[str], cohort_kind: str) -> dict[str, pd.DataFrame]:
+    """The numbers the paper states beyond the tables above, and the run beside the paper (docs/protocol.md §10.3)."""
+    from raybench.analysis.paper_numbers import cell_frame, number_tables
+    from raybench.analysis.paper_run import dead_fraction_values
+    from raybench.analysis.paper_vs_run import comparison_table
+
+    dead, split = dead_fraction_values(layout, ok)
+    numbers = number_tables(cell_frame(ok, point, dead, METRIC_NAMES), split, out, models, cohort_kind)
+    return {**numbers, "paper_comparison": comparison_table({**out, **numbers}, cohort_kind)}

@@ -1,0 +1,176 @@
+"""This run beside the paper: every printed number (raybench.analysis.published) next to the run's own value.
+
+`comparison_table` maps each published row to the table and row of a run that computes the same quantity
+(docs/protocol.md §10.3) and says whether the run agrees at the paper's printed precision. `SECTION` is the
+report's "This run vs the paper": a summary, the rows that differ highlighted, and the paper-number tables
+of paper_numbers.py. A run of another cohort (the synthetic demo) is compared with the PTB-XL numbers for
+orientation only, and the section says so.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from raybench.analysis.paper_numbers import NUMBER_COLUMNS
+from raybench.analysis.plotting import model_label
+from raybench.analysis.published import agrees, paper_values
+from raybench.analysis.report_html import table_block
+from raybench.analysis.report_sections import Context, Section
+
+COMPARISON_COLUMNS = ["source", "cohort", "quantity", "metric", "model", "axis", "setting", "paper", "ours",
+                      "difference", "status", "note"]
+STATUSES = ("agrees", "differs", "not in this run")
+Tables = dict[str, pd.DataFrame]
+Found = tuple[float, str]  # (the run's value or NaN, a note)
+
+
+def reference_cohort(cohort_kind: str | None) -> str:
+    """The paper cohort a run is compared with: its own when the paper reports it, else PTB-XL."""
+    return cohort_kind if cohort_kind in ("ptbxl", "mimic") else "ptbxl"
+
+
+def _one(df: pd.DataFrame | None, col: str, **where: object) -> float:
+    """The single value of `col` in the rows matching `where` (NaN when the table or row is absent)."""
+    if df is None or df.empty or col not in df:
+        return float("nan")
+    mask = np.ones(len(df), dtype=bool)
+    for key, want in where.items():
+        if key not in df:
+            return float("nan")
+        mask &= (df[key].astype(str) == str(want)).to_numpy()
+    vals = df.loc[mask, col]
+    return float(vals.iloc[0]) if len(vals) == 1 else float("nan")
+
+
+def _profiles(t: Tables, r: pd.Series) -> Found:
+    if r.metric in ("excess", "subspace_overlap"):
+        return _one(t.get("reproducibility_auc"), r.quantity, model=r.model, measure=r.metric), ""
+    if r.metric == "dead_fraction":
+        return _one(t.get("dead_fraction_summary"), "mean_over_configs", model=r.model), ""
+    return _one(t.get("profiles"), r.quantity, model=r.model, metric=r.metric), ""
+
+
+def _grouped(table: str, axis_col: str, level_col: str) -> Callable[[Tables, pd.Series], Found]:
+    def find(t: Tables, r: pd.Series) -> Found:
+        return _one(t.get(table), "value", **{axis_col: r.axis, level_col: r.setting, "metric": r.metric}), ""
+    return find
+
+
+def _results(t: Tables, r: pd.Series) -> Found:
+    """Results-text numbers: headline_numbers / concept_distribution; a leader's value is read for the model the
+    paper names (and the run's own leader noted when it is another)."""
+    if r.quantity.startswith("concept_"):
+        cd = t.get("concept_distribution")
+        value = _one(cd, "value", quantity=r.quantity)
+        model = str(cd.model.iloc[0]) if cd is not None and len(cd) else ""
+        return value, (f"run's accessibility leader: {model}" if model and model != r.model else "")
+    if r.quantity == "rank1_prob":
+        value, lead = _one(t.get("profiles"), "rank1_prob", model=r.model, metric=r.metric), _lead(t, r)
+        return value, lead
+    if r.quantity == "auc":
+        return _one(t.get("reproducibility_auc"), "auc", model=r.model, measure=r.metric), _lead(t, r)
+    return _one(t.get("headline_numbers"), "value", quantity=r.quantity, metric=r.metric), ""
+
+
+def _lead(t: Tables, r: pd.Series) -> str:
+    hn = t.get("headline_numbers")
+    if hn is None or hn.empty:
+        return ""
+    rows = hn[(hn.quantity == r.quantity) & (hn.metric == r.metric)]
+    model = str(rows.model.iloc[0]) if len(rows) else ""
+    return f"run's leader: {model}" if model and model != r.model else ""
+
+
+FINDERS: dict[str, Callable[[Tables, pd.Series], Found]] = {
+    "table_s1": _profiles,
+    "table_2": _profiles,
+    "appendix_e": _profiles,
+    "paper_facts": _profiles,
+    "table_s4": _grouped("scale_depth_summary", "axis", "setting"),
+    "appendix_d": _grouped("marginal_means", "by", "level"),
+    "results": _results,
+}
+"""Where a run computes each source's numbers. Tables 1, S2 and S5 (secondary analyses) have no finder yet:
+their rows read "not in this run"."""
+
+
+def comparison_table(tables: Tables, cohort_kind: str | None) -> pd.DataFrame:
+    """Every published number of the reference cohort beside the run's value, difference and status."""
+    cohort = reference_cohort(cohort_kind)
+    pub = paper_values(cohort=cohort)
+    rows = []
+    for _, r in pub.iterrows():
+        finder = FINDERS.get(r.source)
+        ours, note = finder(tables, r) if finder is not None else (float("nan"), "")
+        if np.isfinite(ours):
+            status = "agrees" if agrees(ours, float(r.value), int(r.decimals)) else "differs"
+        else:
+            status = "not in this run"
+        note = "; ".join(n for n in (r.note, note) if n)
+        rows.append((r.source, cohort, r.quantity, r.metric, r.model, r.axis, r.setting, float(r.value), ours,
+                     ours - float(r.value), status, note))
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+# ---------------------------------------------------------------- the report section
+
+
+def _fmt(v: float) -> str:
+    return "–" if not np.isfinite(v) else f"{v:.4f}".rstrip("0").rstrip(".") if v != 0 else "0"
+
+
+def comparison_html(df: pd.DataFrame) -> str:
+    """The comparison as an HTML table; rows whose value differs from the paper's are highlighted."""
+    head = ["source", "quantity", "metric", "model", "row", "paper", "this run", "difference", "status", "note"]
+    out = ["<table class='paper-vs-run'><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    for r in df.itertuples(index=False):
+        row = f"{r.axis} {r.setting}".strip()
+        cells = [r.source, r.quantity, r.metric, model_label(r.model) if r.model else "", row, _fmt(r.paper),
+                 _fmt(r.ours), _fmt(r.difference), r.status, r.note]
+        style = " class='differs' style='background:#fff4d6;font-weight:600'" if r.status == "differs" else ""
+        out.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def paper_comparison_body(ctx: Context) -> str:
+    df = ctx.tables.get("paper_comparison")
+    if df is None or df.empty:
+        df = comparison_table(ctx.tables, ctx.cohort_kind)
+    counts = {s: int((df.status == s).sum()) for s in STATUSES}
+    cohort = str(df.cohort.iloc[0]) if len(df) else reference_cohort(ctx.cohort_kind)
+    out = []
+    if ctx.cohort_kind != cohort:
+        out.append(f"<p class='badge warn'>This run's cohort ({html.escape(str(ctx.cohort_kind))}) is not one the "
+                   f"paper reports: its numbers are set beside the paper's {html.escape(cohort)} numbers for "
+                   "orientation only; differences are expected.</p>")
+    cls = "ok" if counts["differs"] == 0 else "warn"
+    out.append(f"<p class='badge {cls}'>{len(df)} published numbers ({html.escape(cohort)}): {counts['agrees']} "
+               f"agree at the printed precision, {counts['differs']} differ (highlighted), "
+               f"{counts['not in this run']} are not computed by this run.</p>")
+    differs = df[df.status == "differs"]
+    if len(differs):
+        out.append(f"<h3>Differences ({len(differs)})</h3>" + comparison_html(differs))
+    out.append(f"<details><summary>Every published number ({len(df)})</summary>{comparison_html(df)}</details>")
+    for name, title in (("headline_numbers", "Headline numbers of the results text"),
+                        ("concept_distribution", "The accessibility leader's concept-level AUCs"),
+                        ("scale_depth_summary", "Scale and depth rows over the models (Table S4 as printed)"),
+                        ("marginal_means", "Validation R² and dead fraction by E, model and depth (Appendix D)")):
+        if name in ctx.tables:
+            out.append(table_block(name, ctx.tables[name], title))
+    return "\n".join(out)
+
+
+SECTION = Section(
+    "paper_comparison", "This run vs the paper",
+    "Every number the paper prints (tables, appendices and the results text; the package's paper_values.csv) "
+    "beside this run's value of the same quantity. A value agrees when it rounds to the printed decimals; "
+    "rows that differ are highlighted.",
+    body=paper_comparison_body,
+    claims=("paper_comparison", "headline_numbers", "concept_distribution", "scale_depth_summary", "marginal_means"))
+
+PAPER_NUMBER_TABLES = (*NUMBER_COLUMNS, "paper_comparison")
