@@ -15,7 +15,6 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.paper_numbers import NUMBER_COLUMNS
 from raybench.analysis.plotting import model_label
 from raybench.analysis.published import agrees, paper_values
 from raybench.analysis.report_html import table_block
@@ -159,7 +158,8 @@ def paper_comparison_body(ctx: Context) -> str:
     for name, title in (("headline_numbers", "Headline numbers of the results text"),
                         ("concept_distribution", "The accessibility leader's concept-level AUCs"),
                         ("scale_depth_summary", "Scale and depth rows over the models (Table S4 as printed)"),
-                        ("marginal_means", "Validation R² and dead fraction by E, model and depth (Appendix D)")):
+                        ("marginal_means", "Validation R² and dead fraction by E, model and depth (Appendix D)"),
+                        ("concept_intervals", "Concept-level AUCs with patient-bootstrap 95% CIs")):
         if name in ctx.tables:
             out.append(table_block(name, ctx.tables[name], title))
     return "\n".join(out)
@@ -171,6 +171,5 @@ SECTION = Section(
     "beside this run's value of the same quantity. A value agrees when it rounds to the printed decimals; "
     "rows that differ are highlighted.",
     body=paper_comparison_body,
-    claims=("paper_comparison", "headline_numbers", "concept_distribution", "scale_depth_summary", "marginal_means"))
-
-PAPER_NUMBER_TABLES = (*NUMBER_COLUMNS, "paper_comparison")
+    claims=("paper_comparison", "headline_numbers", "concept_distribution", "scale_depth_summary", "marginal_means",
+            "concept_intervals"))

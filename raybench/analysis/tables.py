@@ -264,6 +264,7 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     out.update(paper_tables(layout, protocol, ok, point, keys, crossed_store, repro_pairs, models, cohort_kind,
                             num_workers))
     out.update(_paper_numbers(layout, ok, point, out, models, cohort_kind))
+    out["concept_intervals"] = _concept_intervals(stats, w_prof, prof_models, concepts, inf, num_workers)
     for name, df in out.items():
         df = df.reset_index(drop=True)
         out[name] = df
@@ -282,3 +283,12 @@ def _paper_numbers(layout: RunLayout, ok: pd.DataFrame, point: np.ndarray, out: 
     dead, split = dead_fraction_values(layout, ok)
     numbers = number_tables(cell_frame(ok, point, dead, METRIC_NAMES), split, out, models, cohort_kind)
     return {**numbers, "paper_comparison": comparison_table({**out, **numbers}, cohort_kind)}
+
+
+def _concept_intervals(stats, w_prof: np.ndarray, models: list[str], concepts: list[str], inf: InferenceProtocol,
+                       num_workers: int | None) -> pd.DataFrame:
+    """Concept-level patient-bootstrap CIs of the concepts table's AUCs, on the profiles' draws (§10.3)."""
+    from raybench.analysis.concept_bootstrap import concept_bootstrap, concept_intervals
+
+    draws = concept_bootstrap(stats, w_prof, inf.patient_draws, inf.seed, inf.chunk_draws, num_workers, inf.stream)
+    return concept_intervals(draws, stats.point_r, w_prof, models, concepts, inf.ci_low, inf.ci_high)
