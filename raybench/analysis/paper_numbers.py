@@ -5,7 +5,8 @@ dead fraction of the published inference's split, validation R^2 and dead fracti
 `analyze_run` already wrote. docs/protocol.md §10.3 names, for each table, the published script and its rule:
 
 - dead_fraction_summary: per model, the plain mean over the depth x E configurations of the seed-mean dead
-  fraction (Table 2, Appendix D: the paper's summary, first) beside the common-scale AUC over log E (raybench's);
+  fraction (Table 2, Appendix D: the paper's summary, the published audit's model_profiles, first) beside the
+  common-scale AUC over log E (raybench's);
 - scale_depth_summary: Table S4 as printed - rows by E (mean over models and depths) and by depth (mean over
   models and E) of the seed means, dead fraction included;
 - marginal_means: Appendix D - validation R^2 and dead fraction by E, by model and by depth;
