@@ -68,6 +68,9 @@ def run_analyze_stage(cfg: RunConfig, num_workers: int | None = None, allow_inco
                          allow_incomplete=allow_incomplete)
     shown.update("analyze", done=1, info=f"{len(tables)} tables written")
     secondary = run_secondary(root, cfg.protocol, cfg)
+    from raybench.analysis.paper_vs_run import write_comparison  # every table is in: docs/protocol.md §10.4
+
+    write_comparison(root, cfg.cohort.kind)
     shown.update("analyze", done=2, info=f"{len(tables) + len(secondary)} tables written; figures, audit, report")
     if cfg.provenance.enabled:  # the provenance audit (docs/protocol.md §12)
         from raybench.analysis.provenance_audit.run import run_provenance

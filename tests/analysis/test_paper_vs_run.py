@@ -62,6 +62,47 @@ def test_leader_rows_name_the_runs_own_leader_when_it_differs():
     assert "run's leader: csfm" in row.note
 
 
+def test_secondary_tables_meet_tables_1_s2_and_s5():
+    harm = pd.DataFrame({"model": ["st_mem", "st_mem"], "protocol": ["native", "joint"],
+                         "accessibility": [0.38912, 0.376], "coverage": [0.9, 0.898], "cka_to_native": [1.0, 0.7702]})
+    hcon = pd.DataFrame({"model": ["st_mem"], "protocol": ["temporal"], "metric": ["accessibility"],
+                         "delta": [-0.01312]})
+    cal = pd.DataFrame({"model": ["ecg_jepa", "ecg_jepa"], "method": ["sae_single", "dense_ridge"],
+                        "accessibility": [0.342, 0.70], "coverage": [0.758, 1.0]})
+    inter = pd.DataFrame({"model": ["csfm", "csfm"], "method": ["dense", "sae"], "concepts_eligible": [11, 11],
+                          "wbi_cross": [2.134, 0.9441]})
+    icon = pd.DataFrame({"model": ["csfm"], "comparison": ["sae_minus_dense"], "metric": ["wbi_cross"],
+                         "delta": [-1.1899]})
+    out = pvr.comparison_table({"harmonization": harm, "harmonization_contrasts": hcon, "calibration": cal,
+                                "intervention": inter, "intervention_contrasts": icon}, "ptbxl")
+    st = {(r.source, r.quantity, r.metric, r.model, r.setting): r.status for r in out.itertuples()}
+    assert st["table_1", "mean_abs_r", "", "st_mem", "native"] == "agrees"  # 0.3891 at four decimals
+    assert st["table_1", "delta_mean_abs_r", "", "st_mem", "temporal"] == "agrees"
+    assert st["table_1", "cka", "", "st_mem", "joint"] == "agrees"
+    assert st["table_1", "delta_mean_abs_r", "", "st_mem", "joint"] == "not in this run"
+    assert st["table_s2", "mean_abs_r", "", "ecg_jepa", "sae_single"] == "agrees"
+    assert st["table_s2", "coverage", "", "ecg_jepa", "sae_single"] == "agrees"
+    assert st["table_s2", "mean_abs_r", "", "ecg_jepa", "dense_ridge"] == "differs"  # 0.70 against 0.726
+    assert st["table_s5", "n_concepts_eligible", "", "csfm", ""] == "agrees"
+    assert st["table_s5", "wbi", "wbi_cross", "csfm", "dense"] == "agrees"
+    assert st["table_s5", "wbi", "wbi_cross", "csfm", "sae"] == "agrees"
+    assert st["table_s5", "delta_sae_minus_dense", "wbi_cross", "csfm", ""] == "differs"  # -1.1899 vs -1.189
+
+
+def test_write_comparison_reads_every_table_of_the_run(tmp_path):
+    from raybench.atomic import write_table
+
+    layout = RunLayout.at(tmp_path)
+    write_table(layout.tables_dir / "profiles.parquet", profiles_as_published())
+    write_table(layout.tables_dir / "calibration.parquet", pd.DataFrame(
+        {"model": ["csfm"], "method": ["dense_ridge"], "accessibility": [0.651], "coverage": [1.0]}))
+    out = pvr.write_comparison(tmp_path, "ptbxl")
+    pd.testing.assert_frame_equal(pd.read_parquet(layout.tables_dir / "paper_comparison.parquet"), out)
+    got = out[(out.source == "table_s2") & (out.model == "csfm") & (out.setting == "dense_ridge")].iloc[0]
+    assert (got.ours, got.status) == (0.651, "agrees")
+    assert (out[out.source == "table_s1"].status == "agrees").all()
+
+
 def _context(tmp_path, tables: dict[str, pd.DataFrame], cohort: str) -> Context:
     return Context(layout=RunLayout.at(tmp_path), tables=tables, figures={}, run={"cohort": {"kind": cohort}},
                    audit=None)

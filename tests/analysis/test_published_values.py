@@ -37,11 +37,12 @@ def test_hand_checked_numbers():
     # Table 1: ST-MEM temporal delta -0.0131 and joint CKA 0.770; Table S2: ECG-JEPA SAE 1D 0.342 / 0.758
     assert _value(source="table_1", quantity="delta_mean_abs_r", model="st_mem", setting="temporal") == -0.0131
     assert _value(source="table_1", quantity="cka", model="st_mem") == 0.770
-    assert _value(source="table_s2", quantity="mean_abs_r", model="ecg_jepa", setting="sae_1d") == 0.342
-    assert _value(source="table_s2", quantity="coverage", model="ecg_jepa", setting="sae_1d") == 0.758
+    assert _value(source="table_s2", quantity="mean_abs_r", model="ecg_jepa", setting="sae_single") == 0.342
+    assert _value(source="table_s2", quantity="coverage", model="ecg_jepa", setting="sae_single") == 0.758
     # Table S5: CSFM n = 11, delta WBI -1.189; no ECG-FM row (it fails the all-seed gate)
-    assert _value(source="table_s5", quantity="n_concepts", model="csfm") == 11
-    assert _value(source="table_s5", quantity="delta_sae_minus_dense", metric="wbi", model="csfm") == -1.189
+    assert _value(source="table_s5", quantity="n_concepts_eligible", model="csfm") == 11
+    assert _value(source="table_s5", quantity="delta_sae_minus_dense", metric="wbi_cross", model="csfm") == -1.189
+    assert _value(source="table_s5", quantity="wbi", setting="dense", model="csfm") == 2.134
     assert "ecg_fm" not in set(paper_values(source="table_s5").model)
     # Appendix D and the results text
     assert _value(source="appendix_d", axis="expansion", setting="16", metric="val_r2") == 0.947
