@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from raybench.analysis.completeness import DENOM_COLUMNS, attach, counts, finish
 from raybench.analysis.published import paper_values
 
 CELL_METRICS = ("reconstruction", "accessibility", "coverage", "dead_fraction")
@@ -40,6 +41,7 @@ NUMBER_COLUMNS: dict[str, list[str]] = {
     "headline_numbers": ["quantity", "metric", "model", "value", "paper", "paper_model"],
     "concept_distribution": ["model", "quantity", "concept", "value", "paper", "paper_model"],
 }
+TABLE_COLUMNS = {name: [*cols, *DENOM_COLUMNS] for name, cols in NUMBER_COLUMNS.items()}  # as analyze writes them
 
 
 def setting_label(axis: str, value: object) -> str:
@@ -201,20 +203,63 @@ def concept_distribution(concepts: pd.DataFrame, profiles: pd.DataFrame, cohort_
     return df[NUMBER_COLUMNS["concept_distribution"]]
 
 
+# ---------------------------------------------------------------- denominators (completeness.py)
+
+
+def _counts_by(grid: pd.DataFrame, col: str, axis: str) -> dict[str, tuple[int, int]]:
+    """setting label -> (n_expected, n_present) of the grid rows at each value of `col`."""
+    cnt = counts(grid, [col])
+    return {setting_label(axis, v): (int(e), int(p)) for v, e, p in zip(cnt[col], cnt.n_expected, cnt.n_present,
+                                                                         strict=True)}
+
+
+def _with_counts(df: pd.DataFrame, pairs: list[tuple[int, int]]) -> pd.DataFrame:
+    out = df.assign(n_expected=[e for e, _ in pairs], n_present=[p for _, p in pairs])
+    return finish(out)
+
+
+def with_denominators(name: str, df: pd.DataFrame, grid: pd.DataFrame,
+                      sensitivity_depth: float | None) -> pd.DataFrame:
+    """The completeness.py columns for one of these tables: each row's scope is the grid cells it draws on (a
+    model's primary cells; the primary cells at one E or depth; the whole primary grid for a headline count;
+    both arms at the sensitivity depth for the arm numbers)."""
+    prim = grid[grid.arm == "primary"]
+    whole = (len(prim), int(prim.present.sum()))
+    if name in ("dead_fraction_summary", "concept_distribution", "concept_intervals"):
+        return attach(df, counts(prim, ["model"]), {"model": "model"})
+    if name in ("scale_depth_summary", "marginal_means"):
+        col = "axis" if name == "scale_depth_summary" else "by"
+        level = "setting" if name == "scale_depth_summary" else "level"
+        by = {"expansion": _counts_by(prim, "expansion", "expansion"), "depth": _counts_by(prim, "q", "depth"),
+              "model": _counts_by(prim, "model", "model")}
+        return _with_counts(df, [by[a].get(str(v), (0, 0)) for a, v in zip(df[col], df[level], strict=True)])
+    if name == "headline_numbers":
+        sub = grid if sensitivity_depth is None else grid[grid.q == sensitivity_depth]
+        arm = (len(sub), int(sub.present.sum()))
+        return _with_counts(df, [arm if q.startswith(("arm_", "e8_")) else whole for q in df.quantity])
+    return _with_counts(df, [(len(grid), int(grid.present.sum()))] * len(df))  # the run as a whole
+
+
 # ---------------------------------------------------------------- on a run
 
 
 def number_tables(cells: pd.DataFrame, split: str, tables: dict[str, pd.DataFrame], models: list[str],
-                  cohort_kind: str | None) -> dict[str, pd.DataFrame]:
-    """Every table above from the cell frame and the tables analyze_run has built so far."""
+                  cohort_kind: str | None, grid: pd.DataFrame | None = None,
+                  sensitivity_depth: float | None = None) -> dict[str, pd.DataFrame]:
+    """Every table above from the cell frame and the tables analyze_run has built so far; with `grid`
+    (completeness.grid_frame), each with its denominator columns (TABLE_COLUMNS)."""
     dead_auc = tables.get("dead_fraction_auc", pd.DataFrame(columns=["model", "auc", "ci_low", "ci_high"]))
-    return {
+    out = {
         "dead_fraction_summary": dead_fraction_summary(cells, dead_auc, split, models, cohort_kind),
         "scale_depth_summary": scale_depth_summary(cells, split, cohort_kind),
         "marginal_means": marginal_means(cells, models, cohort_kind),
         "headline_numbers": headline_numbers(tables, cohort_kind),
         "concept_distribution": concept_distribution(tables.get("concepts"), tables.get("profiles"), cohort_kind),
     }
+    if grid is None:
+        return out
+    return {name: with_denominators(name, df, grid, sensitivity_depth)[TABLE_COLUMNS[name]]
+            for name, df in out.items()}
 
 
 def cell_frame(ok: pd.DataFrame, point: np.ndarray, dead: np.ndarray, metric_names: tuple[str, ...]) -> pd.DataFrame:

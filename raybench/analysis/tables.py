@@ -263,8 +263,8 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     out = {name: annotate_base(name, df[COLUMNS[name]], keys, sq)[TABLE_COLUMNS[name]] for name, df in out.items()}
     out.update(paper_tables(layout, protocol, ok, point, keys, crossed_store, repro_pairs, models, cohort_kind,
                             num_workers))
-    out.update(_paper_numbers(layout, ok, point, out, models, cohort_kind))
-    out["concept_intervals"] = _concept_intervals(stats, w_prof, prof_models, concepts, inf, num_workers)
+    out.update(_paper_numbers(layout, ok, point, out, models, cohort_kind, keys, sq))
+    out["concept_intervals"] = _concept_intervals(stats, w_prof, prof_models, concepts, inf, num_workers, keys)
     for name, df in out.items():
         df = df.reset_index(drop=True)
         out[name] = df
@@ -274,21 +274,25 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
 
 
 def _paper_numbers(layout: RunLayout, ok: pd.DataFrame, point: np.ndarray, out: dict[str, pd.DataFrame],
-                   models: list[str], cohort_kind: str) -> dict[str, pd.DataFrame]:
+                   models: list[str], cohort_kind: str, grid: pd.DataFrame,
+                   sq: float | None) -> dict[str, pd.DataFrame]:
     """The numbers the paper states beyond the tables above, and the run beside the paper (docs/protocol.md §10.3)."""
-    from raybench.analysis.paper_numbers import cell_frame, number_tables
+    from raybench.analysis.paper_numbers import cell_frame, number_tables, with_denominators
     from raybench.analysis.paper_run import dead_fraction_values
     from raybench.analysis.paper_vs_run import comparison_table
 
     dead, split = dead_fraction_values(layout, ok)
-    numbers = number_tables(cell_frame(ok, point, dead, METRIC_NAMES), split, out, models, cohort_kind)
-    return {**numbers, "paper_comparison": comparison_table({**out, **numbers}, cohort_kind)}
+    numbers = number_tables(cell_frame(ok, point, dead, METRIC_NAMES), split, out, models, cohort_kind, grid, sq)
+    comparison = comparison_table({**out, **numbers}, cohort_kind)
+    return {**numbers, "paper_comparison": with_denominators("paper_comparison", comparison, grid, sq)}
 
 
 def _concept_intervals(stats, w_prof: np.ndarray, models: list[str], concepts: list[str], inf: InferenceProtocol,
-                       num_workers: int | None) -> pd.DataFrame:
+                       num_workers: int | None, grid: pd.DataFrame) -> pd.DataFrame:
     """Concept-level patient-bootstrap CIs of the concepts table's AUCs, on the profiles' draws (§10.3)."""
     from raybench.analysis.concept_bootstrap import concept_bootstrap, concept_intervals
+    from raybench.analysis.paper_numbers import with_denominators
 
     draws = concept_bootstrap(stats, w_prof, inf.patient_draws, inf.seed, inf.chunk_draws, num_workers, inf.stream)
-    return concept_intervals(draws, stats.point_r, w_prof, models, concepts, inf.ci_low, inf.ci_high)
+    ci = concept_intervals(draws, stats.point_r, w_prof, models, concepts, inf.ci_low, inf.ci_high)
+    return with_denominators("concept_intervals", ci, grid, None)

@@ -151,3 +151,28 @@ def test_number_tables_on_a_cell_frame_built_from_ok_cells():
     for name, df in out.items():
         assert list(df.columns) == pn.NUMBER_COLUMNS[name] and len(df), name
     assert out["dead_fraction_summary"].auc.isna().all()  # no dead_fraction_auc table given
+
+
+def test_denominators_flag_the_rows_whose_scope_lost_a_cell():
+    from raybench.analysis.completeness import grid_frame
+
+    cells = cells_frame()
+    keys = list(cells[["arm", "model", "q", "expansion", "seed"]].itertuples(index=False, name=None))
+    gone = ("primary", "csfm", 1.0, 32, 2)
+    ok = cells[[k != gone for k in keys]]
+    grid = grid_frame(keys, ok)
+    out = pn.number_tables(ok, "test", _tables(), MODELS, "ptbxl", grid, 0.5)
+    for name, df in out.items():
+        assert list(df.columns) == pn.TABLE_COLUMNS[name], name
+    dead = out["dead_fraction_summary"].set_index("model")
+    assert dead.short_denominator.to_dict() == {"csfm": True, "ecg_fm": False, "hubert_ecg": False}
+    assert (dead.n_expected == len(DEPTHS) * len(ES) * len(SEEDS)).all() and dead.loc["csfm", "n_present"] == 44
+    s4 = out["scale_depth_summary"]
+    short = set(zip(s4.axis[s4.short_denominator], s4.setting[s4.short_denominator], strict=True))
+    assert short == {("expansion", "32"), ("depth", "1")}
+    mm = out["marginal_means"]
+    assert set(mm.level[mm.short_denominator]) == {"32", "csfm", "1"}
+    hn = out["headline_numbers"].set_index(["quantity", "metric"])
+    assert hn.loc[("significant_contrasts", "reconstruction"), "short_denominator"]  # the whole primary grid
+    assert not hn.loc[("arm_tau_min", "coverage"), "short_denominator"]  # q = 1 is not the sensitivity depth
+    assert hn.loc[("arm_tau_min", "coverage"), "n_expected"] == 2 * len(MODELS) * len(ES) * len(SEEDS)
