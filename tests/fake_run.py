@@ -16,6 +16,7 @@ import pandas as pd
 import yaml
 
 from raybench.analysis.completeness import cell_label, expected_cells
+from raybench.analysis.published import model_values
 from raybench.core.atomic import write_table, write_text
 from raybench.core.config import GridProtocol, Protocol, demo_run, k_for, layer_for_depth, to_dict
 from raybench.core.paths import RunLayout
@@ -24,14 +25,7 @@ N_LAYERS = {"csfm": 12, "cardiac_fm": 12, "ecg_fm": 12, "ecg_jepa": 8, "hubert_e
 D_MODEL = 768
 METRICS = ("reconstruction", "accessibility", "coverage")
 FAMILIES = {"RATE_RHYTHM": 5, "INTERVAL": 8, "AXIS": 4, "AMPLITUDE": 17, "ST_T": 15}
-PUBLISHED = {  # docs/protocol.md §10.1 (PTB-XL AUCs), only to fill the fake `published` column
-    "reconstruction": {"hubert_ecg": .985, "ecg_jepa": .972, "csfm": .964, "ecg_fm": .940, "cardiac_fm": .936,
-                       "st_mem": .916},
-    "accessibility": {"ecg_jepa": .351, "ecg_fm": .331, "cardiac_fm": .331, "st_mem": .314, "hubert_ecg": .272,
-                      "csfm": .266},
-    "coverage": {"cardiac_fm": .806, "ecg_fm": .788, "ecg_jepa": .772, "st_mem": .726, "hubert_ecg": .663,
-                 "csfm": .659},
-}
+PUBLISHED = model_values("table_s1", "auc")  # docs/protocol.md §10.1, only to fill the fake `published` column
 TABLES = ("cells", "profiles", "contrasts", "curves", "rank_stability", "crossed", "depth_scale", "sensitivity",
           "reproducibility", "concepts", "arm", "missing",
           # the paper analyses (raybench.analysis.atlas.paper_analyses)

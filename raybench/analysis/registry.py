@@ -8,6 +8,7 @@ from __future__ import annotations
 from raybench.analysis.api import Analysis
 from raybench.analysis.atlas import analysis as atlas
 from raybench.analysis.features import analysis as features
+from raybench.analysis.paper_vs_run import analysis as paper_vs_run
 from raybench.analysis.provenance_audit import analysis as provenance_audit
 from raybench.analysis.release_audit import analysis as release_audit
 from raybench.analysis.reliability import analysis as reliability
@@ -23,6 +24,7 @@ ANALYSES: list[Analysis] = [
     provenance_audit.ANALYSIS,
     reliability.ANALYSIS,
     features.ANALYSIS,
+    paper_vs_run.ANALYSIS,
     run_info.ANALYSIS,
 ]
 

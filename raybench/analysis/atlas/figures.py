@@ -200,29 +200,42 @@ def fig_rank_stability(t: Tables) -> Figure | None:
     return fig
 
 
+ARM_PANELS = ("reconstruction", "accessibility", "coverage")  # the published figure's panels (c)-(e)
+
+
 def fig_sensitivity_arm(t: Tables) -> Figure | None:
-    arm = t["arm"]
-    metrics = [m for m in METRICS if (arm.metric == m).any()] or sorted(arm.metric.unique())
-    models = models_in(arm)
+    """One point per model: its common-scale AUC at the sensitivity depth under fixed k/d (x) and fixed k/N (y),
+    the seed mean of per-seed AUCs (arm_auc_differences), on square axes padded as published with the diagonal
+    of unchanged profiles (docs/protocol.md §9.2)."""
+    aucs = t["arm_auc_differences"]
+    metrics = [m for m in ARM_PANELS if (aucs.metric == m).any()]
+    if not metrics:
+        return None
+    models = models_in(aucs)
     colors = palette(models)
-    fig = Figure(figsize=(3.4 * len(metrics), 3.5), layout="constrained")
+    fig = Figure(figsize=(3.3 * len(metrics), 3.6), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics, strict=True):
-        sub = arm[arm.metric == metric]
-        for model in models:
-            g = sub[sub.model == model]
-            if not g.empty:
-                ax.scatter(g.primary, g.sensitivity, s=12 + 10 * np.log2(g.expansion.astype(float)),
-                           color=colors[model], label=model_label(model), alpha=0.85, edgecolors="none")
-        lo = float(np.nanmin(sub[["primary", "sensitivity"]].to_numpy()))
-        hi = float(np.nanmax(sub[["primary", "sensitivity"]].to_numpy()))
-        pad = 0.05 * (hi - lo or 1.0)
-        ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="0.5", lw=0.8, ls="--")
-        ax.set_xlabel("Primary arm (k = d/8)")
-        ax.set_ylabel("Sensitivity arm (k = N/64)")
-        ax.set_title(metric_label(metric))
+        sub = aucs[aucs.metric == metric].set_index("model").reindex(models)
+        x, y = sub.primary_auc.to_numpy(float), sub.sensitivity_auc.to_numpy(float)
+        both = np.concatenate([x, y])
+        both = both[np.isfinite(both)]
+        if both.size == 0:
+            ax.set_visible(False)
+            continue
+        lo, hi = float(both.min()), float(both.max())
+        pad = max((hi - lo) * 0.08, 1e-4)
+        ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="0.4", ls="--", lw=0.9)
+        for j, model in enumerate(models):
+            if np.isfinite(x[j]) and np.isfinite(y[j]):
+                ax.scatter(x[j], y[j], s=26, color=colors[model], label=model_label(model), zorder=3)
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_ylim(lo - pad, hi + pad)
+        ax.set_xlabel("Fixed k/d (primary)")
+        ax.set_ylabel("Fixed k/N (sensitivity)")
+        ax.set_title(f"{metric_label(metric)} AUC")
     legend_below(fig, axes[0], len(models))
-    fig.suptitle("Sparsity arm at the sensitivity depth (marker size grows with E)")
+    fig.suptitle("Common-scale AUC at the sensitivity depth under each sparsity arm (diagonal: unchanged)")
     return fig
 
 
@@ -256,8 +269,9 @@ FIGURES: tuple[FigureSpec, ...] = (
                "Mean accessibility AUC per concept family."),
     FigureSpec("rank_stability", ("rank_stability",), fig_rank_stability,
                "Kendall tau between model orders at every pair of expansions."),
-    FigureSpec("sensitivity_arm", ("arm",), fig_sensitivity_arm,
-               "Fixed k/d (primary) against fixed k/N (sensitivity) at the sensitivity depth."),
+    FigureSpec("sensitivity_arm", ("arm_auc_differences",), fig_sensitivity_arm,
+               "Each model's common-scale AUC at the sensitivity depth under fixed k/d (x) and fixed k/N (y), one "
+               "point per model (seed mean); the diagonal marks an unchanged profile."),
     FigureSpec("reproducibility", ("reproducibility",), fig_reproducibility,
                "Across-seed matched decoder cosine above the permutation floor, and subspace overlap."),
     FigureSpec("atlas_val_r2", ("cells",), fig_val_r2_atlas, "Validation R² atlas (depth x E per model)."),

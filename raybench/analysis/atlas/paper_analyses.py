@@ -29,6 +29,7 @@ from scipy.stats import kendalltau
 from raybench.analysis.completeness import DENOM_COLUMNS, counts, finish
 from raybench.analysis.inference import stats as st
 from raybench.analysis.inference.metrics import trapezoid_auc
+from raybench.analysis.published import model_values
 
 D = DENOM_COLUMNS
 PAPER_COLUMNS: dict[str, list[str]] = {
@@ -50,13 +51,9 @@ PAPER_COLUMNS: dict[str, list[str]] = {
     "dead_fraction_rank_stability": ["split", "expansion_a", "expansion_b", "kendall_tau", "p_value", "order_a",
                                      "order_b", "n_models", *D],
 }
-# paper/generated/paper_facts.json (PTB-XL, stability.models): matched cosine above floor, subspace overlap
-PUBLISHED_REPRODUCIBILITY: dict[str, dict[str, float]] = {
-    "excess": {"ecg_fm": .371, "cardiac_fm": .360, "ecg_jepa": .339, "st_mem": .328, "hubert_ecg": .302,
-               "csfm": .299},
-    "subspace_overlap": {"csfm": .757, "hubert_ecg": .730, "st_mem": .718, "ecg_jepa": .716, "cardiac_fm": .683,
-                         "ecg_fm": .675},
-}
+# PTB-XL matched cosine above floor and subspace overlap AUCs (the protocol's generated paper facts), read from
+# the package's paper_values.csv (raybench.analysis.published), their one owner
+PUBLISHED_REPRODUCIBILITY: dict[str, dict[str, float]] = model_values("paper_facts", "auc")
 REPRO_MEASURES = ("excess", "subspace_overlap")
 
 

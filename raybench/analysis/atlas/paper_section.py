@@ -88,6 +88,21 @@ def arm_body(ctx: Context) -> str:
     return "\n".join(out)
 
 
+def dead_fraction_body(ctx: Context) -> str:
+    """The paper's per-model summary (plain mean over configurations) before raybench's log-E AUC."""
+    df = ctx.tables.get("dead_fraction_summary")
+    if df is None or df.empty:
+        return ""
+    view = pd.DataFrame({"model": df.model.map(model_label), "split": df.split,
+                         "mean over depth × E (paper)": df.mean_over_configs, "configurations": df.n_configs,
+                         "AUC over log E (raybench)": df.auc,
+                         "AUC 95% CI": [f"{a:.3f}–{b:.3f}" if np.isfinite(a) else "–"
+                                        for a, b in zip(df.ci_low, df.ci_high, strict=True)]})
+    if df.paper.notna().any():
+        view["published (paper)"] = df.paper.to_numpy()
+    return table_block("dead_fraction_summary", view, "Dead fraction per model: the paper's summary, then the AUC")
+
+
 # ---------------------------------------------------------------- the sections
 
 PAPER_SECTIONS = {s.id: s for s in (
@@ -115,8 +130,10 @@ PAPER_SECTIONS = {s.id: s for s in (
            "with no ok seed fails); the per-cell count is kept beside it.", body=gate_body,
            claims=("fidelity_gate", "fidelity_gate_models"), needs=("fidelity_gate_models",)),
     Section("dead_fraction", "Dead-fraction profile",
-           "Dead-latent fraction across E (mean over depths and seeds; the split is in the tables), its "
-           "common-scale AUC with a crossed-bootstrap CI, and Kendall τ between the model orders at every pair "
-           "of E (lower dead fraction ranks first).", figures=("dead_fraction_profile",),
-           tables=("dead_fraction_auc", "dead_fraction_rank_stability", "dead_fraction")),
+            "Dead-latent fraction per model as the paper summarizes it (plain mean over the depth × E "
+            "configurations of the seed means, first), then raybench's common-scale AUC over log E with a "
+            "crossed-bootstrap CI; the curve across E (mean over depths and seeds; the split is in the tables), "
+            "and Kendall τ between the model orders at every pair of E (lower dead fraction ranks first).",
+            figures=("dead_fraction_profile",), body=dead_fraction_body, claims=("dead_fraction_summary",),
+            tables=("dead_fraction_auc", "dead_fraction_rank_stability", "dead_fraction")),
 )}

@@ -32,6 +32,7 @@ from raybench.analysis.inference.packed_stats import METRIC_NAMES, load_packed_s
 from raybench.analysis.inference.randomness import write_randomness
 from raybench.analysis.inference.streams import crossed_chunk_draws
 from raybench.analysis.inference.summary_weights import curve_weights, depth_auc_weights, profile_weights
+from raybench.analysis.published import model_values
 from raybench.analysis.run_inputs import (
     MISSING_COLUMNS,
     expected_keys,
@@ -48,15 +49,9 @@ from raybench.core.paths import RunLayout
 
 log = logging.getLogger(__name__)
 
-# docs/protocol.md §10.1: published PTB-XL common-scale AUCs (the report's "paper" column).
-PUBLISHED: dict[str, dict[str, float]] = {
-    "reconstruction": {"hubert_ecg": .985, "ecg_jepa": .972, "csfm": .964, "ecg_fm": .940, "cardiac_fm": .936,
-                       "st_mem": .916},
-    "accessibility": {"ecg_jepa": .351, "ecg_fm": .331, "cardiac_fm": .331, "st_mem": .314, "hubert_ecg": .272,
-                      "csfm": .266},
-    "coverage": {"cardiac_fm": .806, "ecg_fm": .788, "ecg_jepa": .772, "st_mem": .726, "hubert_ecg": .663,
-                 "csfm": .659},
-}
+# docs/protocol.md §10.1: published PTB-XL common-scale AUCs (the report's "paper" column); the package's
+# paper_values.csv (raybench.analysis.published) is their one owner.
+PUBLISHED: dict[str, dict[str, float]] = model_values("table_s1", "auc")
 
 COLUMNS: dict[str, list[str]] = {
     "profiles": ["model", "metric", "auc", "ci_low", "ci_high", "rank1_prob", "mean_rank", "published"],
@@ -273,9 +268,36 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     out = {name: annotate_base(name, df[COLUMNS[name]], keys, sq)[TABLE_COLUMNS[name]] for name, df in out.items()}
     out.update(paper_tables(layout, protocol, ok, point, keys, crossed_store, repro_pairs, models, cohort_kind,
                             num_workers))
+    out.update(_paper_numbers(layout, ok, point, out, models, cohort_kind, keys, sq))
+    out["concept_intervals"] = _concept_intervals(stats, w_prof, prof_models, concepts, inf, num_workers, keys)
     for name, df in out.items():
         df = df.reset_index(drop=True)
         out[name] = df
         if write:
             write_table(layout.tables_dir / f"{name}.parquet", df)
     return out
+
+
+def _paper_numbers(layout: RunLayout, ok: pd.DataFrame, point: np.ndarray, out: dict[str, pd.DataFrame],
+                   models: list[str], cohort_kind: str, grid: pd.DataFrame,
+                   sq: float | None) -> dict[str, pd.DataFrame]:
+    """The numbers the paper states beyond the tables above, and the run beside the paper (docs/protocol.md §10.3)."""
+    from raybench.analysis.atlas.paper_numbers import cell_frame, number_tables, with_denominators
+    from raybench.analysis.atlas.paper_run import dead_fraction_values
+    from raybench.analysis.paper_vs_run.run import comparison_table
+
+    dead, split = dead_fraction_values(layout, ok)
+    numbers = number_tables(cell_frame(ok, point, dead, METRIC_NAMES), split, out, models, cohort_kind, grid, sq)
+    comparison = comparison_table({**out, **numbers}, cohort_kind)
+    return {**numbers, "paper_comparison": with_denominators("paper_comparison", comparison, grid, sq)}
+
+
+def _concept_intervals(stats, w_prof: np.ndarray, models: list[str], concepts: list[str], inf: InferenceProtocol,
+                       num_workers: int | None, grid: pd.DataFrame) -> pd.DataFrame:
+    """Concept-level patient-bootstrap CIs of the concepts table's AUCs, on the profiles' draws (§10.3)."""
+    from raybench.analysis.atlas.concept_bootstrap import concept_bootstrap, concept_intervals
+    from raybench.analysis.atlas.paper_numbers import with_denominators
+
+    draws = concept_bootstrap(stats, w_prof, inf.patient_draws, inf.seed, inf.chunk_draws, num_workers, inf.stream)
+    ci = concept_intervals(draws, stats.point_r, w_prof, models, concepts, inf.ci_low, inf.ci_high)
+    return with_denominators("concept_intervals", ci, grid, None)

@@ -111,6 +111,38 @@ def test_every_table_with_exact_columns(analyzed):
     assert (out["crossed"].ci_low <= out["crossed"].auc).all() and (out["crossed"].auc <= out["crossed"].ci_high).all()
 
 
+def test_paper_number_tables_written_by_analyze(analyzed):
+    from raybench.analysis.atlas.paper_numbers import TABLE_COLUMNS as NUMBER_TABLE_COLUMNS
+    from raybench.analysis.completeness import DENOM_COLUMNS
+    from raybench.analysis.paper_vs_run.run import COMPARISON_COLUMNS
+
+    root, out = analyzed
+    tables = RunLayout.at(root).tables_dir
+    for name, cols in {**NUMBER_TABLE_COLUMNS, "paper_comparison": [*COMPARISON_COLUMNS, *DENOM_COLUMNS]}.items():
+        assert list(out[name].columns) == cols, name
+        assert list(pd.read_parquet(tables / f"{name}.parquet").columns) == cols, name
+        assert len(out[name]), name
+    dead = out["dead_fraction_summary"].set_index("model")
+    assert list(dead.index) == list(MODELS) and set(dead.split) == {"val"}  # no cell records a test dead fraction
+    assert np.allclose(dead.mean_over_configs, np.mean([0.01 * e for e in (1, 4)]))  # val_dead_fraction = .01 E
+    assert (dead.n_configs == 4).all() and dead.paper.isna().all()  # synth: no paper value
+    assert (dead.n_expected == 8).all() and not dead.short_denominator.any()  # 2 depths x 2 E x 2 seeds
+    s4 = out["scale_depth_summary"]
+    assert set(zip(s4.axis, s4.setting, strict=True)) == {("expansion", "1"), ("expansion", "4"), ("depth", "0.5"),
+                                                          ("depth", "1")}
+    hn = out["headline_numbers"].set_index(["quantity", "metric"])
+    assert hn.loc[("significant_contrasts", "reconstruction"), "value"] == (
+        out["contrasts"].query("metric == 'reconstruction'").p_bh < 0.05).sum()
+    assert out["concept_distribution"].model.unique().tolist() == ["ecg_jepa"]
+    assert set(out["paper_comparison"].cohort) == {"ptbxl"}  # a synthetic run is set beside PTB-XL
+    ci = out["concept_intervals"]
+    assert list(ci.columns) == ["model", "concept", "family", "auc", "ci_low", "ci_high", *DENOM_COLUMNS]
+    merged = ci.merge(out["concepts"], on=["model", "concept"], suffixes=("", "_table"))
+    assert len(merged) == len(ci) == len(MODELS) * len(CONCEPTS)
+    assert np.allclose(merged.auc, merged.auc_table, rtol=0, atol=1e-15)
+    assert (ci.ci_low <= ci.auc).all() and (ci.auc <= ci.ci_high).all() and (ci.ci_low < ci.ci_high).all()
+
+
 def test_planted_best_model_ranks_first(analyzed):
     _, out = analyzed
     prof, con = out["profiles"], out["contrasts"]
