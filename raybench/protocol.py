@@ -20,6 +20,10 @@ from typing import Any, Literal
 from raybench.errors import RaybenchError
 
 MODELS: tuple[str, ...] = ("csfm", "cardiac_fm", "ecg_fm", "ecg_jepa", "hubert_ecg", "st_mem")
+PUBLISHED_MODEL_ORDER: tuple[str, ...] = ("cardiac_fm", "csfm", "ecg_fm", "ecg_jepa", "hubert_ecg", "st_mem")
+"""The published analysis scripts' MODEL_ORDER (docs/protocol.md §8.8): where models tie in a ranking they keep
+this order, and a pairwise contrast is (left, right) with left earlier in it. The grid order MODELS is raybench's
+own (cell naming, scheduling) and decides neither."""
 
 Sampler = Literal["per_step", "epoch"]
 """How training batches are drawn (docs/protocol.md §6.5): per_step (published) or epoch."""
@@ -285,13 +289,33 @@ class ModelDims:
     """State width: the SAE input dimension."""
 
 
+def analysis_order(models: typing.Iterable[str]) -> list[str]:
+    """`models` in PUBLISHED_MODEL_ORDER, any other model after them in the order given (§8.8).
+
+    The one order in which every analysis breaks ties between models and orients pairwise contrasts, whatever
+    the grid's order; a seventh encoder, unknown to the published scripts, comes last.
+    """
+    models = list(models)
+    rank = {m: i for i, m in enumerate(PUBLISHED_MODEL_ORDER)}
+    return sorted(models, key=lambda m: (rank.get(m, len(rank)), models.index(m)))
+
+
 def k_for(d: int, n_latents: int, arm: str, sae: SAEProtocol, grid: GridProtocol) -> int:
-    """The k rule (§6.6): primary arm k = d / 8 at every E; sensitivity arm k = N / 64."""
+    """The k rule (§6.6): primary arm k = round(d / 8) at every E; sensitivity arm k = round(N / 64).
+
+    As the published manifest builder computes it: Python's round() of the float quotient (a half goes to the
+    even integer: d = 20 gives k = 2, d = 28 gives 4), at least 1, and a k that is not below N is refused.
+    """
     if arm == "primary":
-        return max(1, d // sae.k_divisor)
-    if arm == "sensitivity":
-        return max(1, n_latents // grid.sensitivity_latents_per_k)
-    raise ConfigError(f"unknown arm {arm!r}: expected one of {list(ARMS)}")
+        k = max(1, int(round(d / sae.k_divisor)))
+    elif arm == "sensitivity":
+        k = max(1, int(round(n_latents / grid.sensitivity_latents_per_k)))
+    else:
+        raise ConfigError(f"unknown arm {arm!r}: expected one of {list(ARMS)}")
+    if k >= n_latents:
+        raise ConfigError(f"the {arm} arm's k rule gives k = {k} active latents of N = {n_latents} (d = {d}): "
+                          "k must be below N; use a wider state or a larger expansion")
+    return k
 
 
 def layer_for_depth(q: float, n_layers: int) -> int:

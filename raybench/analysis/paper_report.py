@@ -126,8 +126,9 @@ PAPER_SECTIONS: tuple[tuple[Section, str], ...] = (
              "only with --allow-incomplete.", body=denominators_body), "profiles"),
     (Section("crossed_contrasts", "Crossed-bootstrap contrasts",
              "Pairwise model differences of the common-scale AUC under the crossed bootstrap over depth units × "
-             "SAE seeds (model_a: the higher value); p-values Benjamini–Hochberg adjusted within each metric, as "
-             "the published inference does.", body=crossed_contrasts_body, claims=("crossed_contrasts",),
+             "SAE seeds (model_a − model_b, pairs in the published model order); p-values Benjamini–Hochberg "
+             "adjusted within each metric, as the published inference does.", body=crossed_contrasts_body,
+             claims=("crossed_contrasts",),
              needs=("crossed_contrasts",)), "curves"),
     (Section("arm_sensitivity", "Sparsity-arm sensitivity",
              "Fixed k/d (primary) against fixed k/N (sensitivity) at the sensitivity depth, as the published "

@@ -10,7 +10,6 @@ from paper_run.py, decoder reproducibility from reproducibility.py.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from pathlib import Path
 
@@ -87,9 +86,8 @@ def profile_tables(point: np.ndarray, draws: np.ndarray, w_prof: np.ndarray, mod
         for i, m in enumerate(models):
             pub = PUBLISHED[metric].get(m, np.nan) if cohort_kind == "ptbxl" else np.nan
             prof_rows.append((m, metric, prof_point[k, i], lo[i], hi[i], r1[i], mr[i], pub))
-        order = sorted(range(len(models)), key=lambda i: (-prof_point[k, i], models[i]))
         fam = []
-        for a, b in itertools.combinations(order, 2):
+        for a, b in st.contrast_pairs(models):  # published orientation: (left, right) in MODEL_ORDER
             diff = prof_draws[k][:, a] - prof_draws[k][:, b]
             dlo, dhi = st.percentile_ci(diff, inf.ci_low, inf.ci_high)
             fam.append([metric, models[a], models[b], prof_point[k, a] - prof_point[k, b], float(dlo),
@@ -100,8 +98,9 @@ def profile_tables(point: np.ndarray, draws: np.ndarray, w_prof: np.ndarray, mod
 
 
 def curve_tables(point: np.ndarray, draws: np.ndarray, w_curve: np.ndarray, targets: list,
-                 inf: InferenceProtocol) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
-    """curves (matched scale: each metric per model and E) and rank_stability; also the curve points [3, T]."""
+                 inf: InferenceProtocol, ok: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """curves (matched scale: each metric per model and E) and rank_stability (primary ok cells, ranked on the
+    published means: stats.scale_means); also the curve points [3, T]."""
     curve_point = point.T @ w_curve
     curve_draws = np.einsum("dck,ct->kdt", draws, w_curve)
     rows = []
@@ -109,7 +108,9 @@ def curve_tables(point: np.ndarray, draws: np.ndarray, w_curve: np.ndarray, targ
         lo, hi = st.percentile_ci(curve_draws[k], inf.ci_low, inf.ci_high)
         rows += [(m, metric, e, curve_point[k, t], lo[t], hi[t]) for t, (m, e) in enumerate(targets)]
     curves = pd.DataFrame(rows, columns=COLUMNS["curves"])
-    rs = st.rank_stability(curves)
+    prim = ok[ok.arm == "primary"][["model", "q", "expansion", "seed"]].assign(
+        **{metric: point[(ok.arm == "primary").to_numpy(), k] for k, metric in enumerate(METRIC_NAMES)})
+    rs = st.rank_stability(st.scale_means(prim, METRIC_NAMES))  # the three metrics: higher is better
     rs = rs.sort_values(["metric", "expansion_a", "expansion_b"], kind="stable",
                         key=lambda c: c.map(METRIC_NAMES.index) if c.name == "metric" else c)
     return curves, rs[COLUMNS["rank_stability"]], curve_point
@@ -255,7 +256,7 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
         log.warning("profiles: %s has no depth with ok cells at every expansion; left out", m)
     out["profiles"], out["contrasts"] = profile_tables(point, draws, w_prof, prof_models, inf, cohort_kind)
     w_curve, curve_targets = curve_weights(ok, models, expansions)
-    out["curves"], out["rank_stability"], curve_point = curve_tables(point, draws, w_curve, curve_targets, inf)
+    out["curves"], out["rank_stability"], curve_point = curve_tables(point, draws, w_curve, curve_targets, inf, ok)
     out["crossed"], crossed_store = crossed_table(ok, point, models, expansions, depths, seeds, inf, num_workers)
     out.update(scale_tables(ok, point, models, expansions, per_depth, curve_point, curve_targets, sq))
     out["reproducibility"], repro_pairs = reproducibility_tables(layout, ok, protocol, num_workers)

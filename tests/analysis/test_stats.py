@@ -71,7 +71,23 @@ def test_rank_stability_all_pairs():
     out = st.rank_stability(pd.DataFrame(rows))
     assert list(zip(out.expansion_a, out.expansion_b, strict=True)) == [(1, 4), (1, 8), (4, 8)]
     want = [kendalltau(vals[a], vals[b]).statistic for a, b in [(1, 4), (1, 8), (4, 8)]]
-    np.testing.assert_allclose(out.kendall_tau, want)
+    np.testing.assert_allclose(out.kendall_tau, want)  # no ties: ranks and values agree
+    assert out.order_a.tolist() == ["c>b>a", "c>b>a", "b>c>a"] and (out.n_models == 3).all()
+
+
+def test_rank_stability_ranks_ties_before_tau():
+    """Tied values get distinct ranks (cardiac_fm before csfm, the published order): tau of the rank vectors,
+    not tau-b of the values, which would count the tie as neither concordant nor discordant."""
+    vals = {1: {"csfm": 0.5, "cardiac_fm": 0.5, "st_mem": 0.1}, 4: {"csfm": 0.6, "cardiac_fm": 0.4, "st_mem": 0.1}}
+    rows = [{"metric": "coverage", "model": m, "expansion": e, "value": v} for e, d in vals.items()
+            for m, v in d.items()]
+    out = st.rank_stability(pd.DataFrame(rows)).iloc[0]
+    assert (out.order_a, out.order_b) == ("cardiac_fm>csfm>st_mem", "csfm>cardiac_fm>st_mem")
+    assert out.kendall_tau == pytest.approx(1 / 3)  # ranks (1, 2, 3) vs (2, 1, 3): 2 concordant, 1 discordant
+    assert kendalltau([0.5, 0.5, 0.1], [0.4, 0.6, 0.1]).statistic == pytest.approx(2 / np.sqrt(6))  # tau-b: 0.816
+    low = st.rank_stability(pd.DataFrame(rows), higher_better={"coverage": False}).iloc[0]
+    assert (low.order_a, low.order_b) == ("st_mem>cardiac_fm>csfm", "st_mem>cardiac_fm>csfm")
+    assert low.kendall_tau == pytest.approx(1.0)
 
 
 def test_arm_comparison():
