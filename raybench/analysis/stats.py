@@ -43,15 +43,43 @@ def ranks(draws: np.ndarray) -> np.ndarray:
     return 1.0 + better + 0.5 * tied
 
 
-def rank1_prob(draws: np.ndarray) -> np.ndarray:
-    """Probability of ranking first; a draw with t models tied at the top gives each 1/t (sums to 1)."""
+def published_ranks(draws: np.ndarray, models: Sequence[str]) -> np.ndarray:
+    """Per draw, rank of each model (1 = highest; draws [n, M], columns = models), as the published patient-
+    bootstrap summary ranks them: np.argsort(-matrix, axis=0) over the [M, n] matrix of the models in
+    analysis_order, so a tie goes to whichever model numpy's default sort puts first (docs/protocol.md §8.8).
+    Draws with a missing (NaN) value are left out."""
+    draws = _complete(draws)
+    cols = [list(models).index(m) for m in analysis_order(models)]
+    matrix = draws[:, cols].T
+    order = np.argsort(-matrix, axis=0)
+    ranked = np.empty_like(order)
+    np.put_along_axis(ranked, order, np.arange(1, len(cols) + 1)[:, None], axis=0)
+    out = np.empty(draws.shape, dtype=np.float64)
+    out[:, cols] = ranked.T
+    return out
+
+
+def rank1_prob(draws: np.ndarray, models: Sequence[str] | None = None, ties: str = "shared") -> np.ndarray:
+    """Probability of ranking first. ties "shared": a draw with t models tied at the top gives each 1/t (sums
+    to 1); "published": published_ranks (needs `models`, the columns' names)."""
+    if ties == "published":
+        return np.mean(published_ranks(draws, _names(models, draws)) == 1, axis=0)
     draws = _complete(draws)
     top = draws == np.max(draws, axis=1, keepdims=True)
     return np.mean(top / top.sum(axis=1, keepdims=True), axis=0)
 
 
-def mean_rank(draws: np.ndarray) -> np.ndarray:
+def mean_rank(draws: np.ndarray, models: Sequence[str] | None = None, ties: str = "shared") -> np.ndarray:
+    """Mean rank over the draws; ties as in rank1_prob (shared: tied models share their average rank)."""
+    if ties == "published":
+        return np.mean(published_ranks(draws, _names(models, draws)), axis=0)
     return np.mean(ranks(draws), axis=0)
+
+
+def _names(models: Sequence[str] | None, draws: np.ndarray) -> list[str]:
+    if models is None or len(models) != np.shape(draws)[1]:
+        raise ValueError("published ranks need the name of every column (models)")
+    return list(models)
 
 
 def paired_p(diff: np.ndarray) -> float:
@@ -151,6 +179,30 @@ def scale_means(cells: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
         for e, part in listed.groupby("expansion", sort=True):
             rows += [(metric, str(m), int(e), float(v)) for m, v in part.groupby("model")[metric].mean().items()]
     return pd.DataFrame(rows, columns=["metric", "model", "expansion", "value"])
+
+
+def published_scale_draws(draws: np.ndarray, cells: pd.DataFrame, models: Sequence[str],
+                          expansions: Sequence[int]) -> np.ndarray | None:
+    """Patient-bootstrap draws of each model's per-E mean over depth x seed [D, M, E], in the published summary's
+    arithmetic (docs/protocol.md §8.8): each cell's draws rounded to float32 (as the published run stores them),
+    then numpy's mean over the [cells, D] block of the model and E, its cells listed by depth, then seed.
+    Rounding decides whether quantized metrics (coverage k/C) of two models tie in a draw, hence the paired p
+    and the rank ties. draws: [D, cells] of one metric (cells: rows aligned, columns arm, model, q, expansion,
+    seed). None unless every model has the same complete depth x seed block at every E (the published summary
+    refuses anything else).
+    """
+    prim = cells.reset_index(drop=True)
+    prim = prim[prim.arm == "primary"].sort_values(["q", "seed"], kind="stable")
+    blocks = {key: g.index.to_numpy() for key, g in prim.groupby(["model", "expansion"], sort=False)}
+    sizes = {len(v) for v in blocks.values()}
+    if len(sizes) != 1 or any((m, int(e)) not in blocks for m in models for e in expansions):
+        return None
+    stored = np.asarray(draws, dtype=np.float32).astype(np.float64)
+    out = np.empty((stored.shape[0], len(models), len(expansions)))
+    for i, m in enumerate(models):
+        for j, e in enumerate(expansions):
+            out[:, i, j] = np.ascontiguousarray(stored[:, blocks[(m, int(e))]].T).mean(axis=0)
+    return out
 
 
 RANK_STABILITY_COLUMNS = ["metric", "expansion_a", "expansion_b", "kendall_tau", "p_value", "order_a", "order_b",

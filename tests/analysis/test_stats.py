@@ -31,6 +31,31 @@ def test_ranks_rank1_mean_rank_hand():
     np.testing.assert_allclose(st.mean_rank(with_nan), st.mean_rank(d))
 
 
+def test_published_ranks_argsort_in_the_published_model_order():
+    d = np.array([[3.0, 1.0, 2.0], [1.0, 2.0, 3.0], [np.nan, 1.0, 1.0]])
+    models = ["st_mem", "csfm", "cardiac_fm"]  # published order: cardiac_fm, csfm, st_mem
+    r = st.published_ranks(d, models)
+    np.testing.assert_array_equal(r, [[1, 3, 2], [3, 2, 1]])  # no tie: the plain ranks; the NaN draw left out
+    tied = st.published_ranks(np.array([[1.0, 1.0, 0.0]] * 4), models)
+    assert sorted(tied[0]) == [1, 2, 3] and tied[0, 2] == 3  # the tie (st_mem, csfm) still gets ranks 1 and 2
+    assert st.rank1_prob(np.array([[1.0, 1.0, 0.0]]), models, "published").sum() == 1.0
+    assert st.rank1_prob(np.array([[1.0, 1.0, 0.0]])).tolist() == [0.5, 0.5, 0.0]  # shared
+    with pytest.raises(ValueError, match="name of every column"):
+        st.mean_rank(d, None, "published")
+
+
+def test_published_scale_draws_round_to_float32_and_need_a_complete_block():
+    cells = pd.DataFrame([{"arm": "primary", "model": m, "q": q, "expansion": e, "seed": s}
+                          for m in ("a", "b") for e in (1, 4) for s in (2, 1) for q in (0.5, 0.0)])
+    draws = np.random.default_rng(3).uniform(size=(5, len(cells)))
+    out = st.published_scale_draws(draws, cells, ["a", "b"], [1, 4])
+    sel = ((cells.model == "b") & (cells.expansion == 4)).to_numpy()
+    want = draws[:, sel].astype(np.float32).astype(np.float64).mean(axis=1)
+    np.testing.assert_allclose(out[:, 1, 1], want, rtol=1e-15)
+    assert not np.array_equal(out[:, 1, 1], draws[:, sel].mean(axis=1))  # float32 storage shows
+    assert st.published_scale_draws(draws[:, 1:], cells.iloc[1:], ["a", "b"], [1, 4]) is None  # a cell missing
+
+
 def test_paired_p_hand():
     assert st.paired_p(np.ones(99)) == pytest.approx(2 * 1 / 100)
     assert st.paired_p(np.array([-1.0, 1.0, 2.0, 3.0])) == pytest.approx(2 * 2 / 5)

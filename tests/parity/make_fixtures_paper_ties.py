@@ -14,6 +14,9 @@ arithmetic):
   metrics, more pairs at other E (a three-way tie in coverage at E = 32).
 - scripts/analyze_multiscale_sae_sparsity_sensitivity.py (main) on a mid-depth grid of both arms with CSFM
   and CARDIAC-FM tied in one arm at one E per metric: rank agreement per E and the AUC differences.
+- scripts/summarize_multiscale_sae_patient_bootstrap.py (main) on per-cell patient-bootstrap distributions of
+  the same grid shape (100 draws, 2 concepts): its model profiles, pairs and rank probabilities.
+  Ties in every draw: CSFM = CARDIAC-FM in coverage (the top two), ECG-FM = ECG-JEPA in reconstruction.
 - benchmark_v1/multiscale_sae.py::sparsity_for (the k rule of both arms) over widths d and expansions E whose
   d / 8 or N / 64 fall on halves, and the cases it refuses (k >= N).
 
@@ -21,7 +24,8 @@ The inference script calls `np.trapz`, removed in numpy 2.4: run this with numpy
 raybench.
 
 Fixtures (tests/parity/test_parity_paper_ties.py reads them):
-  paper_ties.npz    the inputs: the inference grid [M, D, E, S] per metric column, the arms' grids [M, E, S]
+  paper_ties.npz    the inputs: the inference grid [M, D, E, S] per metric column, the arms' grids [M, E, S],
+                    the patient-bootstrap cells as integer numerators (patient_inputs, patient_values)
   paper_ties.json   the published outputs, the k table, upstream commit, versions, command
 """
 
@@ -47,6 +51,8 @@ COLUMNS = {"reconstruction": "test_recon_R2", "semantic_alignment": "test_semant
            "concept_coverage": "test_concept_coverage_020", "dead_fraction": "test_dead_fraction"}
 ARMS = ("fixed_k_over_d", "fixed_k_over_n")
 SEED, DRAWS = 20260714, 2000
+PATIENT_DRAWS, N_CONCEPTS = 100, 2
+PATIENT_METRICS = ("recon_R2", "semantic_alignment", "concept_coverage_020")
 K_WIDTHS = (1, 2, 4, 5, 8, 12, 20, 24, 28, 36, 44, 52, 60, 100, 256, 768, 1024)
 K_EXPANSIONS = (1, 2, 4, 8, 16, 32)
 # (metric, E index, tied models: the first one's cells are copied to the others); indices into MODELS
@@ -97,6 +103,43 @@ def arm_inputs(seed: int = 31) -> dict[str, np.ndarray]:
                     v[1, e] = v[0, e]
             out[f"{arm}/{metric}"] = v
     return out
+
+
+def patient_inputs(seed: int = 32) -> dict[str, np.ndarray]:
+    """Per cell [M, D, E, S] (then draws, concepts): integer numerators of the observed values and the
+    PATIENT_DRAWS draws, stored as such (values = patient_values(these)).
+
+    Reconstruction k/10,000; |r| per concept k/1,000, accessibility their mean (the summary checks its concept
+    profile against it); coverage k/49. CSFM copies CARDIAC-FM's coverage (the two lead it), ECG-JEPA copies
+    ECG-FM's reconstruction, in every draw.
+    """
+    rng = np.random.default_rng(seed)
+    shape = (len(MODELS), len(DEPTHS), len(EXPANSIONS), len(SEEDS))
+    lift = np.array([200, 0, 300, 0, 100, 0])[:, None, None, None]
+    recon = rng.integers(9000, 9700, shape) + lift
+    recon_d = recon[..., None] + rng.integers(-100, 101, (*shape, PATIENT_DRAWS))
+    r = rng.integers(100, 500, (*shape, N_CONCEPTS))
+    r_d = r[..., None, :] + rng.integers(-30, 31, (*shape, PATIENT_DRAWS, N_CONCEPTS))
+    cover = rng.integers(20, 30, shape) + 6 * (np.arange(len(MODELS)) < 2)[:, None, None, None]
+    cover_d = np.clip(cover[..., None] + rng.integers(-3, 4, (*shape, PATIENT_DRAWS)), 0, 49)
+    for v in (cover, cover_d):
+        v[1] = v[0]
+    for v in (recon, recon_d):
+        v[3] = v[2]
+    return {"recon_k": recon.astype(np.int16), "recon_draws_k": recon_d.astype(np.int16),
+            "r_k": r.astype(np.int16), "r_draws_k": r_d.astype(np.int16),
+            "cover_k": cover.astype(np.int8), "cover_draws_k": cover_d.astype(np.int8)}
+
+
+def patient_values(ints: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The float64 values the summary reads: observed_<metric> and <metric> [..., draws], r and r draws."""
+    r, r_d = ints["r_k"] / 1000, ints["r_draws_k"] / 1000
+    return {"observed_r": r, "draws_r": r_d,
+            "observed__recon_R2": ints["recon_k"] / 10000, "draws__recon_R2": ints["recon_draws_k"] / 10000,
+            "observed__semantic_alignment": np.abs(r).mean(axis=-1),
+            "draws__semantic_alignment": np.abs(r_d).mean(axis=-1),
+            "observed__concept_coverage_020": ints["cover_k"] / 49,
+            "draws__concept_coverage_020": ints["cover_draws_k"] / 49}
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -163,6 +206,48 @@ def run_sensitivity(upstream: Path, tmp: Path, arms: dict[str, np.ndarray]) -> d
     }
 
 
+def run_patient_summary(upstream: Path, tmp: Path, cells: dict[str, np.ndarray]) -> dict:
+    root = tmp / "patient"
+    root.mkdir()
+    (root / "audit.json").write_text(json.dumps({"audit_pass": True, "matched_scale_grid_pass": True}))
+    manifest = []
+    same = {"patient_id_hash": "p", "patient_cluster_hash": "c", "bootstrap_design_hash": "d",
+            "patient_bootstrap_protocol": "synthetic", "n_patients": 100, "bootstrap_samples": PATIENT_DRAWS,
+            "bootstrap_seed": SEED}
+    for (i, m), (j, q), (k, e), (u, s) in itertools.product(enumerate(MODELS), enumerate(DEPTHS),
+                                                            enumerate(EXPANSIONS), enumerate(SEEDS)):
+        task = len(manifest)
+        ident = {"task_index": task, "config_hash": f"h{task}", "model": m, "relative_depth": q, "expansion_E": e,
+                 "seed": s}
+        manifest.append(ident)
+        folder = root / "patient_bootstrap" / f"task_{task:06d}"
+        folder.mkdir(parents=True)
+        (folder / "test_patient_bootstrap.json").write_text(json.dumps({"status": "complete", "split": "test",
+                                                                        **ident, **same}))
+        at = (i, j, k, u)
+        # the draws as the published worker stores them (float32), the observed values in float64
+        np.savez(folder / "test_patient_bootstrap.npz", concept_names=np.array([f"c{c}" for c in range(N_CONCEPTS)]),
+                 concept_correlation=cells["draws_r"][at].astype(np.float32),
+                 observed_concept_correlation=cells["observed_r"][at],
+                 **{metric: cells[f"draws__{metric}"][at].astype(np.float32) for metric in PATIENT_METRICS},
+                 **{f"observed_{metric}": np.asarray(cells[f"observed__{metric}"][at]) for metric in PATIENT_METRICS})
+    write_csv(root / "training_manifest.csv", manifest)
+    subprocess.run([sys.executable, str(upstream / "scripts/summarize_multiscale_sae_patient_bootstrap.py"),
+                    "--root", str(root)], check=True, capture_output=True, cwd=upstream)
+    return {
+        "command": "scripts/summarize_multiscale_sae_patient_bootstrap.py --root R (defaults otherwise: split test)",
+        "profiles": read_csv(root / "test_patient_bootstrap_model_profiles.csv", (
+            "metric", "model", "observed_common_scale_auc", "ci_low", "ci_high")),
+        "pairs": read_csv(root / "test_patient_bootstrap_model_pairs.csv", (
+            "metric", "model_left", "model_right", "observed_difference", "ci_low", "ci_high", "p_two_sided",
+            "q_bh")),
+        "ranks": [r for r in read_csv(root / "test_patient_bootstrap_rank_probabilities.csv", (
+            "metric", "scope", "model", "mean_rank", "probability_rank_1")) if r["scope"] == "common_scale_auc"],
+        "matched_scales": read_csv(root / "test_patient_bootstrap_matched_scales.csv", (
+            "metric", "model", "expansion_E", "observed", "ci_low", "ci_high")),
+    }
+
+
 def k_table(upstream: Path) -> list[dict]:
     """sparsity_for(arm, E, d) -> (N, k), or the refusal, for every arm, E and d."""
     if str(upstream) not in sys.path:
@@ -188,7 +273,7 @@ def main() -> None:
     head = subprocess.run(["git", "-C", str(args.upstream), "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0 and head.stdout.strip() != COMMIT:
         sys.exit(f"upstream checkout is at {head.stdout.strip()}, not {COMMIT}")
-    grid, arms = grid_inputs(), arm_inputs()
+    grid, arms, cells = grid_inputs(), arm_inputs(), patient_inputs()
     import pandas
     import scipy
 
@@ -198,13 +283,15 @@ def main() -> None:
                   "metric_columns": COLUMNS, "grid_ties": GRID_TIES, "arm_ties": ARM_TIES,
                   "inference": run_inference(args.upstream, Path(tmp), grid),
                   "sensitivity": run_sensitivity(args.upstream, Path(tmp), arms),
+                  "patient_bootstrap": run_patient_summary(args.upstream, Path(tmp), patient_values(cells)),
                   "k_rule": {"function": "benchmark_v1/multiscale_sae.py::sparsity_for",
                              "rows": k_table(args.upstream)}}
     args.out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(args.out / "paper_ties.npz", models=np.array(MODELS), depths=np.array(DEPTHS),
                         expansions=np.array(EXPANSIONS), seeds=np.array(SEEDS),
                         **{f"grid__{m}": v for m, v in grid.items()},
-                        **{k.replace("/", "__"): v for k, v in arms.items()})
+                        **{k.replace("/", "__"): v for k, v in arms.items()},
+                        **{f"patient__{k}": v for k, v in cells.items()})
     text = json.dumps(result, indent=0).replace("\n\"", " \"").replace("{ ", "{")  # one row per line
     (args.out / "paper_ties.json").write_text(text + "\n")
 

@@ -8,11 +8,15 @@ MODEL_ORDER has to come from raybench itself:
 - crossed-bootstrap contrasts (paper_analyses.pairwise_contrasts): the published (left, right) pairs in the
   published row order, difference, CI, p and BH q;
 - sparsity arms (paper_analyses.arm_tables): tau, p and orders per E, the AUC differences;
+- patient-bootstrap profiles, contrasts and curves (tables.profile_tables / curve_tables, the summary script):
+  rank-1 probability and mean rank with ties in every draw (inference.rank_ties: published), the published
+  (left, right) pairs, CIs, p and q;
 - the k rule (protocol.k_for) against the published sparsity_for, halves and refusals included.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -24,7 +28,9 @@ from raybench.analysis import bootstrap as bs
 from raybench.analysis import paper_analyses as pa
 from raybench.analysis import stats as st
 from raybench.analysis import streams
-from raybench.config import ConfigError, GridProtocol, SAEProtocol, k_for
+from raybench.analysis.summary_weights import curve_weights, depth_auc_weights, profile_weights
+from raybench.analysis.tables import curve_tables, profile_tables
+from raybench.config import ConfigError, GridProtocol, InferenceProtocol, SAEProtocol, k_for
 from raybench.protocol import MODELS
 
 HERE = Path(__file__).resolve().parent
@@ -42,12 +48,6 @@ ES = Z["expansions"].tolist()
 def named(order: str) -> str:
     """A 'best>...>worst' string of raybench ids in published names."""
     return ">".join(streams.PUBLISHED_MODEL_NAMES[m] for m in order.split(">"))
-
-
-def test_fixture_has_ties_and_raybench_lists_models_otherwise():
-    assert [OURS[n] for n in PUB] != GRID  # the grid order would break ties differently
-    v = Z["grid__dead_fraction"]
-    assert np.array_equal(v[0], v[1])  # CSFM = CARDIAC-FM in every dead-fraction cell
 
 
 # ---------------------------------------------------------------- scale rank stability (item 2, item 1)
@@ -97,6 +97,8 @@ def test_scale_rank_stability_reproduces_the_published_inference_with_ties(metri
 
 def test_the_fixture_tells_the_old_rules_apart():
     """Neither tau-b of the means nor the curves' arithmetic (plain numpy means) passes by chance."""
+    assert [OURS[n] for n in PUB] != GRID  # the grid order would break ties differently
+    assert np.array_equal(Z["grid__dead_fraction"][0], Z["grid__dead_fraction"][1])  # CSFM = CARDIAC-FM
     taub = rounding = 0
     for metric, hb in HIGHER.items():
         means = st.scale_means(cells(metric), [metric]).pivot(index="model", columns="expansion", values="value")
@@ -171,6 +173,101 @@ def test_sparsity_arm_tau_with_ties_is_the_published_one():
         got = aucs.loc[(r["metric"], OURS[r["model"]])]
         assert (got["diff"], got.ci_low, got.ci_high, got.p, got.p_bh) == tuple(float(r[k]) for k in (
             "fixed_k_over_N_minus_fixed_k_over_d_auc", "ci_low", "ci_high", "p_two_sided", "q_bh"))
+
+
+# ---------------------------------------------------------------- patient-bootstrap summary (items 1, 3)
+
+PATIENT = {"reconstruction": "recon_R2", "accessibility": "semantic_alignment", "coverage": "concept_coverage_020"}
+
+
+def patient_cells() -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """ok cells in raybench's grid order, point values [cells, 3] and draws [draws, cells, 3] (the fixture's
+    numerators divided as make_fixtures_paper_ties.patient_values divides them)."""
+    r, r_d = Z["patient__r_k"] / 1000, Z["patient__r_draws_k"] / 1000
+    obs = {"recon_R2": Z["patient__recon_k"] / 10000, "semantic_alignment": np.abs(r).mean(axis=-1),
+           "concept_coverage_020": Z["patient__cover_k"] / 49}
+    drw = {"recon_R2": Z["patient__recon_draws_k"] / 10000, "semantic_alignment": np.abs(r_d).mean(axis=-1),
+           "concept_coverage_020": Z["patient__cover_draws_k"] / 49}
+    rows, point, draws = [], [], []
+    for m in GRID:
+        for (j, q), (k, e), (u, s) in itertools.product(enumerate(Z["depths"].tolist()), enumerate(ES),
+                                                        enumerate(Z["seeds"].tolist())):
+            rows.append({"arm": "primary", "model": m, "q": q, "expansion": e, "seed": s})
+            at = (ROW[m], j, k, u)
+            point.append([obs[c][at] for c in PATIENT.values()])
+            draws.append(np.stack([drw[c][at] for c in PATIENT.values()], axis=-1))
+    return pd.DataFrame(rows), np.asarray(point), np.stack(draws, axis=1)
+
+
+def test_patient_bootstrap_profiles_and_contrasts_are_the_published_summary():
+    ok, point, draws = patient_cells()
+    per_depth = depth_auc_weights(ok, "primary", GRID, ES, Z["depths"].tolist())
+    w, models = profile_weights(per_depth, GRID)
+    prof, con = profile_tables(point, draws, w, models, InferenceProtocol(), "synth", ok)
+    pb = J["patient_bootstrap"]
+    tie_here = same_argsort_ties_here(pb)
+    for metric, column in PATIENT.items():
+        got = prof[prof.metric == metric].set_index("model")
+        for r in (r for r in pb["profiles"] if r["metric"] == column):
+            g = got.loc[OURS[r["model"]]]
+            assert (g.auc, g.ci_low, g.ci_high) == pytest.approx(
+                tuple(float(r[k]) for k in ("observed_common_scale_auc", "ci_low", "ci_high")), abs=1e-12)
+        for r in (r for r in pb["ranks"] if r["metric"] == column and tie_here):
+            g = got.loc[OURS[r["model"]]]
+            assert (g.rank1_prob, g.mean_rank) == (float(r["probability_rank_1"]), float(r["mean_rank"])), r
+        want = [r for r in pb["pairs"] if r["metric"] == column]
+        c = con[con.metric == metric]
+        assert list(zip(c.model_a, c.model_b, strict=True)) == [(OURS[r["model_left"]], OURS[r["model_right"]])
+                                                                for r in want]
+        for g, r in zip(c.itertuples(index=False), want, strict=True):
+            assert (g.diff, g.ci_low, g.ci_high) == pytest.approx(
+                tuple(float(r[k]) for k in ("observed_difference", "ci_low", "ci_high")), abs=1e-12)
+            assert (g.p, g.p_bh) == (float(r["p_two_sided"]), float(r["q_bh"]))
+    if not tie_here:
+        pytest.skip("numpy's default sort leaves ties in another order on this machine than where the fixture was "
+                    "made: rank probabilities not compared")
+
+
+def same_argsort_ties_here(pb: dict) -> bool:
+    """Whether the published ranking (np.argsort(-profiles, axis=0) over MODEL_ORDER), redone here on profiles
+    formed as the summary forms them (float32-stored cell draws, per-E mean over depth x seed, trapezoid over
+    log E), gives the fixture's rank-1 probabilities on this machine."""
+    x = np.log(np.asarray(ES, dtype=np.float64))
+    stored = {"recon_R2": (Z["patient__recon_draws_k"] / 10000).astype(np.float32),
+              "semantic_alignment": np.abs(Z["patient__r_draws_k"] / 1000).mean(axis=-1).astype(np.float32),
+              "concept_coverage_020": (Z["patient__cover_draws_k"] / 49).astype(np.float32)}
+    for column, v in stored.items():  # [M, D, E, S, draws]
+        v = v.astype(np.float64)
+        scale = [np.stack([np.ascontiguousarray(v[i, :, k].reshape(-1, v.shape[-1])).mean(axis=0)
+                           for k in range(len(ES))]) for i in range(len(PUB))]
+        matrix = np.stack([np.trapezoid(sc, x=x, axis=0) / (x[-1] - x[0]) for sc in scale])
+        first = np.argsort(-matrix, axis=0)[0]
+        want = {r["model"]: float(r["probability_rank_1"]) for r in pb["ranks"] if r["metric"] == column}
+        if [float(np.mean(first == i)) for i in range(len(PUB))] != [want[n] for n in PUB]:
+            return False
+    return True
+
+
+def test_shared_rank_ties_split_the_tie_instead():
+    ok, point, draws = patient_cells()
+    w, models = profile_weights(depth_auc_weights(ok, "primary", GRID, ES, Z["depths"].tolist()), GRID)
+    prof, _ = profile_tables(point, draws, w, models, InferenceProtocol(rank_ties="shared"), "synth", ok)
+    cov = prof[prof.metric == "coverage"].set_index("model")
+    assert cov.loc["cardiac_fm", "rank1_prob"] == cov.loc["csfm", "rank1_prob"] == 0.5  # tied and top in every draw
+
+
+def test_patient_bootstrap_curves_are_the_published_matched_scales():
+    ok, point, draws = patient_cells()
+    w, targets = curve_weights(ok, GRID, ES)
+    curves, _, _ = curve_tables(point, draws, w, targets, InferenceProtocol(), ok)
+    got = curves.set_index(["metric", "model", "expansion"])
+    name = {v: k for k, v in PATIENT.items()}
+    rows = J["patient_bootstrap"]["matched_scales"]
+    assert len(rows) == len(got)
+    for r in rows:
+        g = got.loc[(name[r["metric"]], OURS[r["model"]], int(r["expansion_E"]))]
+        assert (g.value, g.ci_low, g.ci_high) == pytest.approx(
+            tuple(float(r[k]) for k in ("observed", "ci_low", "ci_high")), abs=1e-12)
 
 
 # ---------------------------------------------------------------- the k rule (item 4)
