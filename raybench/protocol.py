@@ -33,8 +33,6 @@ GemmDtype = Literal["float64", "float32"]
 """Arithmetic of the bootstrap matrix products (InferenceProtocol.gemm_dtype)."""
 Stream = Literal["published", "chunked"]
 """Random streams of the bootstraps and the permutation floor (docs/protocol.md §8.6)."""
-RankTies = Literal["published", "shared"]
-"""How models tied within a bootstrap draw are ranked (InferenceProtocol.rank_ties, docs/protocol.md §8.2)."""
 Arm = Literal["primary", "sensitivity"]
 """The k rule of a cell (docs/protocol.md §6.6): primary k = d / 8, sensitivity k = N / 64."""
 
@@ -249,15 +247,9 @@ class InferenceProtocol:
     ~1e-6 (a coverage flag can flip only for an |r| within ~1e-6 of the threshold). Published: float64."""
     stream: Stream = "published"
     """Random streams of the bootstraps and the permutation floor (raybench.analysis.streams). published: the
-    protocol code's generator calls, seeds and draw order (patient draws made in order on the driver); chunked:
-    one SeedSequence child per chunk, drawn inside the Ray task. Both are worker-count independent (§8.6)."""
-
-    rank_ties: RankTies = "published"
-    """Models tied within one patient-bootstrap draw, in the profiles' rank-1 probability and mean rank (§8.2).
-    published: the published patient-bootstrap summary's ranks, np.argsort(-draws, axis=0) over the models in
-    the published MODEL_ORDER (the tie goes to whichever model numpy's default sort puts first; §8.8); shared:
-    a t-way tie gives each tied model 1/t of rank 1 and their average rank (raybench's: symmetric, and the same
-    on every machine)."""
+    protocol code's generator calls, seeds and draw order (patient draws made in order on the driver), with its
+    arithmetic and rank ties where rounding decides ties (§8.2, §8.8); chunked: one SeedSequence child per chunk,
+    drawn inside the Ray task, tied models sharing rank 1. Both are worker-count independent (§8.6)."""
 
     def validate(self) -> None:
         check_choices(self, "inference")

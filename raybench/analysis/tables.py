@@ -89,7 +89,8 @@ def profile_tables(point: np.ndarray, draws: np.ndarray, w_prof: np.ndarray, mod
     """profiles (depth + seed averaged common-scale AUC, patient-bootstrap CI and ranks) and the pairwise
     contrasts (BH within each metric); models: the columns of w_prof [cells, M]. With the ok cells (rows of
     draws) under the published stream, the profile draws take the published summary's arithmetic (equal up to
-    rounding, which decides ties of quantized metrics: p, rank probabilities)."""
+    rounding, which decides ties of quantized metrics: p, rank probabilities); that stream also ranks tied
+    models as the summary does (stats.published_ranks), the chunked one shares rank 1 between them."""
     prof_point = point.T @ w_prof  # [3, M]
     prof_draws = np.einsum("dck,cm->kdm", draws, w_prof)  # [3, D, M]
     for k, scale in enumerate(published_draws(draws, ok, models, inf)):
@@ -97,11 +98,12 @@ def profile_tables(point: np.ndarray, draws: np.ndarray, w_prof: np.ndarray, mod
             es = sorted(int(e) for e in ok.expansion.unique())
             prof_draws[k] = np.stack([trapezoid_auc(np.ascontiguousarray(scale[:, i, :].T), es, axis=0)
                                       for i in range(len(models))], axis=1)
+    ties = "published" if inf.stream == "published" else "shared"  # rank ties within a draw (§8.2)
     prof_rows, con_rows = [], []
     for k, metric in enumerate(METRIC_NAMES):
         lo, hi = st.percentile_ci(prof_draws[k], inf.ci_low, inf.ci_high)
-        r1 = st.rank1_prob(prof_draws[k], models, inf.rank_ties)
-        mr = st.mean_rank(prof_draws[k], models, inf.rank_ties)
+        r1 = st.rank1_prob(prof_draws[k], models, ties)
+        mr = st.mean_rank(prof_draws[k], models, ties)
         for i, m in enumerate(models):
             pub = PUBLISHED[metric].get(m, np.nan) if cohort_kind == "ptbxl" else np.nan
             prof_rows.append((m, metric, prof_point[k, i], lo[i], hi[i], r1[i], mr[i], pub))

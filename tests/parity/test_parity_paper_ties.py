@@ -9,7 +9,7 @@ MODEL_ORDER has to come from raybench itself:
   published row order, difference, CI, p and BH q;
 - sparsity arms (paper_analyses.arm_tables): tau, p and orders per E, the AUC differences;
 - patient-bootstrap profiles, contrasts and curves (tables.profile_tables / curve_tables, the summary script):
-  rank-1 probability and mean rank with ties in every draw (inference.rank_ties: published), the published
+  rank-1 probability and mean rank with ties in every draw (inference.stream: published), the published
   (left, right) pairs, CIs, p and q;
 - the k rule (protocol.k_for) against the published sparsity_for, halves and refusals included.
 """
@@ -251,7 +251,7 @@ def same_argsort_ties_here(pb: dict) -> bool:
 def test_shared_rank_ties_split_the_tie_instead():
     ok, point, draws = patient_cells()
     w, models = profile_weights(depth_auc_weights(ok, "primary", GRID, ES, Z["depths"].tolist()), GRID)
-    prof, _ = profile_tables(point, draws, w, models, InferenceProtocol(rank_ties="shared"), "synth", ok)
+    prof, _ = profile_tables(point, draws, w, models, InferenceProtocol(stream="chunked"), "synth", ok)
     cov = prof[prof.metric == "coverage"].set_index("model")
     assert cov.loc["cardiac_fm", "rank1_prob"] == cov.loc["csfm", "rank1_prob"] == 0.5  # tied and top in every draw
 
