@@ -99,11 +99,11 @@ def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray
     assert acc["mean_rank"].idxmin() == ORACLE and acc.loc[ORACLE, "mean_rank"] < 1.1, acc
     runner_up = acc.drop(ORACLE)["auc"].idxmax()
 
-    con = tables["contrasts"]
-    row = con[(con.metric == "accessibility") & (con.model_a == ORACLE) & (con.model_b == runner_up)]
+    con = tables["contrasts"]  # published orientation: the six encoders before one they do not know
+    row = con[(con.metric == "accessibility") & (con.model_a == runner_up) & (con.model_b == ORACLE)]
     assert len(row) == 1, con[con.metric == "accessibility"]
     row = row.iloc[0]
-    assert row["diff"] > 0 and row["ci_low"] > 0, row
+    assert row["diff"] < 0 and row["ci_high"] < 0, row
     assert row["p_bh"] < 0.05, row
     # the written tables are the returned ones
     on_disk = pd.read_parquet(layout.tables_dir / "contrasts.parquet")

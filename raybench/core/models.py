@@ -36,6 +36,10 @@ REGISTRY: tuple[ModelInfo, ...] = (
 
 MODELS: tuple[str, ...] = tuple(m.name for m in REGISTRY)
 """The grid's default model list (protocol.grid.models), in registry order."""
+PUBLISHED_MODEL_ORDER: tuple[str, ...] = ("cardiac_fm", "csfm", "ecg_fm", "ecg_jepa", "hubert_ecg", "st_mem")
+"""The published analysis scripts' MODEL_ORDER (docs/protocol.md §8.8): where models tie in a ranking they keep
+this order, and a pairwise contrast is (left, right) with left earlier in it. The grid order MODELS is raybench's
+own (cell naming, scheduling) and decides neither; a model not in it (a seventh encoder) goes last."""
 BUILTIN: tuple[str, ...] = tuple(sorted(MODELS))
 """The built-in adapters' ids (raybench.encoders.models), alphabetical."""
 LABELS: dict[str, str] = {m.name: m.label for m in REGISTRY}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from raybench.core.errors import RaybenchError
-from raybench.core.models import MODELS
+from raybench.core.models import MODELS, PUBLISHED_MODEL_ORDER
 
 Sampler = Literal["per_step", "epoch"]
 """How training batches are drawn (docs/protocol.md §6.5): per_step (published) or epoch."""
@@ -242,8 +242,9 @@ class InferenceProtocol:
     ~1e-6 (a coverage flag can flip only for an |r| within ~1e-6 of the threshold). Published: float64."""
     stream: Stream = "published"
     """Random streams of the bootstraps and the permutation floor (raybench.analysis.inference.streams). published: the
-    protocol code's generator calls, seeds and draw order (patient draws made in order on the driver); chunked:
-    one SeedSequence child per chunk, drawn inside the Ray task. Both are worker-count independent (§8.6)."""
+    protocol code's generator calls, seeds and draw order (patient draws made in order on the driver), with its
+    arithmetic and rank ties where rounding decides ties (§8.2, §8.8); chunked: one SeedSequence child per chunk,
+    drawn inside the Ray task, tied models sharing rank 1. Both are worker-count independent (§8.6)."""
 
     def validate(self) -> None:
         check_choices(self, "inference")
@@ -284,13 +285,33 @@ class ModelDims:
     """State width: the SAE input dimension."""
 
 
+def analysis_order(models: typing.Iterable[str]) -> list[str]:
+    """`models` in PUBLISHED_MODEL_ORDER, any other model after them in the order given (§8.8).
+
+    The one order in which every analysis breaks ties between models and orients pairwise contrasts, whatever
+    the grid's order; a seventh encoder, unknown to the published scripts, comes last.
+    """
+    models = list(models)
+    rank = {m: i for i, m in enumerate(PUBLISHED_MODEL_ORDER)}
+    return sorted(models, key=lambda m: (rank.get(m, len(rank)), models.index(m)))
+
+
 def k_for(d: int, n_latents: int, arm: str, sae: SAEProtocol, grid: GridProtocol) -> int:
-    """The k rule (§6.6): primary arm k = d / 8 at every E; sensitivity arm k = N / 64."""
+    """The k rule (§6.6): primary arm k = round(d / 8) at every E; sensitivity arm k = round(N / 64).
+
+    As the published manifest builder computes it: Python's round() of the float quotient (a half goes to the
+    even integer: d = 20 gives k = 2, d = 28 gives 4), at least 1, and a k that is not below N is refused.
+    """
     if arm == "primary":
-        return max(1, d // sae.k_divisor)
-    if arm == "sensitivity":
-        return max(1, n_latents // grid.sensitivity_latents_per_k)
-    raise ConfigError(f"unknown arm {arm!r}: expected one of {list(ARMS)}")
+        k = max(1, int(round(d / sae.k_divisor)))
+    elif arm == "sensitivity":
+        k = max(1, int(round(n_latents / grid.sensitivity_latents_per_k)))
+    else:
+        raise ConfigError(f"unknown arm {arm!r}: expected one of {list(ARMS)}")
+    if k >= n_latents:
+        raise ConfigError(f"the {arm} arm's k rule gives k = {k} active latents of N = {n_latents} (d = {d}): "
+                          "k must be below N; use a wider state or a larger expansion")
+    return k
 
 
 def layer_for_depth(q: float, n_layers: int) -> int:

@@ -5,7 +5,8 @@
   Kendall tau and its p, the model orders, every difference, CI, p and BH q compare exactly (bitwise).
 - crossed-bootstrap contrasts and dead-fraction AUCs: the existing inference_crossed_bootstrap fixture
   (scripts/analyze_multiscale_sae_inference.py), fed through paper_analyses' own unit AUCs and contrasts.
-A changed seed fails each group.
+raybench is fed its own model ids in its grid order (csfm before cardiac_fm): the published MODEL_ORDER, which
+breaks ties and orients contrasts, has to come from raybench itself (issue 30). A changed seed fails each group.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 from raybench.analysis.atlas import paper_analyses as pa
 from raybench.analysis.inference import bootstrap as bs
 from raybench.analysis.inference import streams
+from raybench.core.protocol import MODELS
 
 HERE = Path(__file__).resolve().parent
 SEED = 20260714
@@ -34,19 +36,26 @@ def _load(stem: str) -> tuple[dict[str, np.ndarray], dict]:
 
 SENS, SENSJ = _load("paper_sensitivity")
 CB, CBJ = _load("inference_crossed_bootstrap")
+OURS = {v: k for k, v in streams.PUBLISHED_MODEL_NAMES.items()}  # published name -> raybench id
+GRID = [m for m in MODELS if m in OURS.values()]  # raybench's grid order
+
+
+def _named(order: str) -> str:
+    return ">".join(streams.PUBLISHED_MODEL_NAMES[m] for m in order.split(">"))
 
 
 def _arm_tables(seed: int) -> dict[str, pd.DataFrame]:
-    models, es, seeds = SENS["models"].tolist(), SENS["expansions"].tolist(), SENS["seeds"].tolist()
+    row = {OURS[n]: i for i, n in enumerate(SENS["models"].tolist())}
+    es, seeds = SENS["expansions"].tolist(), SENS["seeds"].tolist()
     rows = []
     for arm, name in (("primary", "fixed_k_over_d"), ("sensitivity", "fixed_k_over_n")):
-        for i, m in enumerate(models):
+        for m in GRID:
             for j, e in enumerate(es):
                 for k, s in enumerate(seeds):
                     rows.append({"arm": arm, "model": m, "expansion": e, "seed": s,
-                                 **{metric: float(SENS[f"{name}__{metric}"][i, j, k]) for metric in METRICS}})
+                                 **{metric: float(SENS[f"{name}__{metric}"][row[m], j, k]) for metric in METRICS}})
     draws = pa.paired_seed_draws(seed, SENSJ["bootstrap_samples"], len(seeds))
-    return pa.arm_tables(pd.DataFrame(rows), METRICS, models, es, seeds, draws, 2.5, 97.5)
+    return pa.arm_tables(pd.DataFrame(rows), METRICS, GRID, es, seeds, draws, 2.5, 97.5)
 
 
 def test_sparsity_arms_reproduce_the_published_sensitivity_analysis():
@@ -55,16 +64,17 @@ def test_sparsity_arms_reproduce_the_published_sensitivity_analysis():
     for r in SENSJ["rank_agreement"]:
         got = ranks.loc[(r["metric"], int(r["expansion_E"]))]
         assert (got.kendall_tau, got.p_value) == (float(r["kendall_tau"]), float(r["p_value"]))
-        assert (got.primary_order, got.sensitivity_order) == (r["fixed_k_over_d_order"], r["fixed_k_over_N_order"])
+        assert (_named(got.primary_order), _named(got.sensitivity_order)) == (r["fixed_k_over_d_order"],
+                                                                              r["fixed_k_over_N_order"])
     cells = out["arm_differences"].set_index(["metric", "model", "expansion"])
     assert len(cells) == len(SENSJ["cell_differences"])
     for r in SENSJ["cell_differences"]:
-        got = cells.loc[(r["metric"], r["model"], int(r["expansion_E"]))]
+        got = cells.loc[(r["metric"], OURS[r["model"]], int(r["expansion_E"]))]
         assert (got["diff"], got.ci_low, got.ci_high, got.p, got.p_bh) == tuple(float(r[k]) for k in (
             "fixed_k_over_N_minus_fixed_k_over_d", "ci_low", "ci_high", "p_two_sided", "q_bh"))
     aucs = out["arm_auc_differences"].set_index(["metric", "model"])
     for r in SENSJ["auc_differences"]:
-        got = aucs.loc[(r["metric"], r["model"])]
+        got = aucs.loc[(r["metric"], OURS[r["model"]])]
         assert (got["diff"], got.ci_low, got.ci_high, got.p, got.p_bh) == tuple(float(r[k]) for k in (
             "fixed_k_over_N_minus_fixed_k_over_d_auc", "ci_low", "ci_high", "p_two_sided", "q_bh"))
 
@@ -76,11 +86,13 @@ def test_sparsity_arms_with_another_seed_differ():
 
 
 def _crossed(metric: str, column: str, seed: int) -> tuple[list[str], np.ndarray, np.ndarray]:
-    models, depths, es, seeds = (CB[k].tolist() for k in ("models", "depths", "expansions", "seeds"))
+    depths, es, seeds = (CB[k].tolist() for k in ("depths", "expansions", "seeds"))
+    row = {OURS[n]: i for i, n in enumerate(CB["models"].tolist())}
     vals = CB[column]  # [M, D, E, S]
-    frame = pd.DataFrame([{"model": m, "q": q, "expansion": e, "seed": s, "value": float(vals[i, j, k, u])}
-                          for i, m in enumerate(models) for j, q in enumerate(depths) for k, e in enumerate(es)
+    frame = pd.DataFrame([{"model": m, "q": q, "expansion": e, "seed": s, "value": float(vals[row[m], j, k, u])}
+                          for m in GRID for j, q in enumerate(depths) for k, e in enumerate(es)
                           for u, s in enumerate(seeds)])
+    models = list(GRID)
     units = pa.auc_units(frame, models, sorted(depths), sorted(seeds), es)
     di, si = streams.published_crossed_indices(seed, CBJ["bootstrap_samples"], len(depths), len(seeds))
     draws = bs.crossed_values_published(units, di, si)
@@ -92,17 +104,14 @@ def _crossed(metric: str, column: str, seed: int) -> tuple[list[str], np.ndarray
 def test_crossed_contrasts_and_dead_fraction_auc_reproduce_the_published_inference(metric):
     models, point, draws = _crossed(metric, CBJ["metric_columns"][metric], SEED)
     con = pa.pairwise_contrasts(metric, models, point, draws, 2.5, 97.5)
-    for r in (r for r in CBJ["pairs"] if r["metric"] == metric):  # published: model_left - model_right
-        row = con[(con.model_a == r["model_left"]) & (con.model_b == r["model_right"])]
-        sign = 1.0
-        if row.empty:
-            row, sign = con[(con.model_a == r["model_right"]) & (con.model_b == r["model_left"])], -1.0
-        got = row.iloc[0]
-        lo, hi = (got.ci_low, got.ci_high) if sign > 0 else (-got.ci_high, -got.ci_low)
-        assert sign * got["diff"] == pytest.approx(float(r["observed_difference"]), abs=1e-12)  # summation order
-        assert (lo, hi) == pytest.approx((float(r["ci_low"]), float(r["ci_high"])), abs=1e-15)  # negation of a draw
-        assert (got.p, got.p_bh) == (float(r["p_two_sided"]), float(r["q_bh"]))
-    profile = {r["model"]: r for r in CBJ["profile"] if r["metric"] == metric}
+    want = [r for r in CBJ["pairs"] if r["metric"] == metric]  # published: model_left - model_right, in its order
+    assert list(zip(con.model_a, con.model_b, strict=True)) == [(OURS[r["model_left"]], OURS[r["model_right"]])
+                                                                for r in want]
+    for got, r in zip(con.itertuples(index=False), want, strict=True):
+        assert got.diff == pytest.approx(float(r["observed_difference"]), abs=1e-12)  # summation order
+        assert (got.ci_low, got.ci_high, got.p, got.p_bh) == tuple(float(r[k]) for k in (
+            "ci_low", "ci_high", "p_two_sided", "q_bh"))
+    profile = {OURS[r["model"]]: r for r in CBJ["profile"] if r["metric"] == metric}
     for m, auc, lo, hi, _ in pa.crossed_auc_rows(models, point, draws, 2.5, 97.5):
         assert auc == pytest.approx(float(profile[m]["observed_multiscale_auc"]), abs=1e-12)
         assert (lo, hi) == (float(profile[m]["ci_low"]), float(profile[m]["ci_high"]))

@@ -11,9 +11,12 @@ Each follows the protocol's published analysis scripts (JayDuan123/2027-kdd-ECG-
 - common-scale AUC of seed reproducibility (matched cosine above floor, subspace overlap;
   scripts/analyze_multiscale_sae_stability.py) with a crossed bootstrap over depth units x seed pairs;
 - dead-fraction profile across E, its common-scale AUC and the Kendall tau of model orders between E pairs.
-Kendall tau follows the published code: models are ranked by the seed/depth mean (ties keep the grid's
-model order) and scipy.stats.kendalltau compares the two rank vectors. `paper_run.py` wires these into
-`analyze_run`; the Ray bootstraps there call raybench.analysis.inference.bootstrap.
+Kendall tau follows the published code (stats.rank_tau): the models, listed in the published MODEL_ORDER
+(raybench.core.protocol.analysis_order), are sorted by the seed/depth mean into ranks and scipy.stats.kendalltau
+compares the two rank vectors - sorted as each script sorts: Python's sorted() for the arms (ties keep MODEL_ORDER),
+pandas' sort_values for the scale rank stability (ties as numpy's default sort leaves them). Pairwise contrasts
+are (left, right) in MODEL_ORDER (docs/protocol.md §8.8).
+`paper_run.py` wires these into `analyze_run`; the Ray bootstraps there call raybench.analysis.inference.bootstrap.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import kendalltau
 
 from raybench.analysis.completeness import DENOM_COLUMNS, counts, finish
 from raybench.analysis.inference import stats as st
@@ -66,22 +68,6 @@ def _nanmean(x: np.ndarray, axis: int) -> np.ndarray:
         return np.nanmean(x, axis=axis)
 
 
-def rank_tau(a: dict[str, float], b: dict[str, float], order: Sequence[str],
-             higher_better: bool = True) -> tuple[float, float, str, str, int]:
-    """Kendall tau (scipy) between the model ranks under values a and b, as the published scripts rank models.
-
-    Only models with a finite value on both sides count. -> (tau, p, order_a, order_b, n_models); orders are
-    'best>...>worst' strings.
-    """
-    common = [m for m in order if np.isfinite(a.get(m, np.nan)) and np.isfinite(b.get(m, np.nan))]
-    oa = sorted(common, key=lambda m: a[m], reverse=higher_better)
-    ob = sorted(common, key=lambda m: b[m], reverse=higher_better)
-    if len(common) < 2:
-        return float("nan"), float("nan"), ">".join(oa), ">".join(ob), len(common)
-    res = kendalltau([oa.index(m) + 1 for m in common], [ob.index(m) + 1 for m in common])
-    return float(res.statistic), float(res.pvalue), ">".join(oa), ">".join(ob), len(common)
-
-
 def auc_units(frame: pd.DataFrame, models: Sequence[str], depths: Sequence[float], units: Sequence,
               expansions: Sequence[int], unit_col: str = "seed") -> np.ndarray:
     """Common-scale AUC of `value` per (model, depth, unit) -> [M, D, U]; NaN where any E is missing.
@@ -100,10 +86,10 @@ def auc_units(frame: pd.DataFrame, models: Sequence[str], depths: Sequence[float
 
 def pairwise_contrasts(metric: str, models: Sequence[str], point: np.ndarray, draws: np.ndarray, lo: float,
                        hi: float) -> pd.DataFrame:
-    """All model pairs (model_a: the higher point value) with percentile CI, bootstrap p and BH within the metric."""
-    order = sorted(range(len(models)), key=lambda i: (-point[i], models[i]))
+    """All model pairs (stats.contrast_pairs: the published orientation) with percentile CI, bootstrap p and BH within
+    the metric."""
     rows = []
-    for a, b in itertools.combinations(order, 2):
+    for a, b in st.contrast_pairs(models):
         diff = draws[:, a] - draws[:, b]
         dlo, dhi = st.percentile_ci(diff, lo, hi)
         rows.append((metric, models[a], models[b], float(point[a] - point[b]), float(dlo), float(dhi),
@@ -113,12 +99,13 @@ def pairwise_contrasts(metric: str, models: Sequence[str], point: np.ndarray, dr
     return df
 
 
-def scale_rank_stability(curve: pd.DataFrame, order: Sequence[str], higher_better: bool) -> pd.DataFrame:
-    """Kendall tau of the model orders between every pair of E (curve: model, expansion, value)."""
+def scale_rank_stability(curve: pd.DataFrame, models: Sequence[str], higher_better: bool) -> pd.DataFrame:
+    """Kendall tau of the model orders between every pair of E (curve: model, expansion, value), ranked as the
+    published inference script ranks its scale rank stability (stats.rank_tau, sort="pandas")."""
     by_e = {int(e): dict(zip(g.model, g.value, strict=True)) for e, g in curve.groupby("expansion", sort=True)}
     rows = []
     for ea, eb in itertools.combinations(sorted(by_e), 2):
-        tau, p, oa, ob, n = rank_tau(by_e[ea], by_e[eb], order, higher_better)
+        tau, p, oa, ob, n = st.rank_tau(by_e[ea], by_e[eb], models, higher_better, sort="pandas")
         rows.append({"expansion_a": ea, "expansion_b": eb, "kendall_tau": tau, "p_value": p, "order_a": oa,
                      "order_b": ob, "n_models": n})
     return pd.DataFrame(rows, columns=["expansion_a", "expansion_b", "kendall_tau", "p_value", "order_a", "order_b",
@@ -196,8 +183,8 @@ def arm_tables(frame: pd.DataFrame, metrics: dict[str, bool], models: Sequence[s
         pm, sm = _nanmean(p, axis=2), _nanmean(s, axis=2)  # seed means [M, E]
         part = []
         for j, e in enumerate(es):
-            tau, pv, oa, ob, n = rank_tau(dict(zip(models, pm[:, j], strict=True)),
-                                          dict(zip(models, sm[:, j], strict=True)), models, higher)
+            tau, pv, oa, ob, n = st.rank_tau(dict(zip(models, pm[:, j], strict=True)),
+                                             dict(zip(models, sm[:, j], strict=True)), models, higher, sort="stable")
             ranks.append((metric, e, tau, pv, oa, ob, n))
             part += [(metric, m, e, *_paired(s[i, j] - p[i, j], draws, lo, hi)) for i, m in enumerate(models)]
         cells += _bh(part, 6)

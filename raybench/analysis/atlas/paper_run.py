@@ -17,6 +17,7 @@ import pandas as pd
 
 from raybench.analysis.atlas import paper_analyses as pa
 from raybench.analysis.completeness import attach, counts, finish, sum_of
+from raybench.analysis.inference import stats as st
 from raybench.analysis.inference.bootstrap import crossed_bootstrap, crossed_values
 from raybench.analysis.inference.packed_stats import METRIC_NAMES
 from raybench.analysis.inference.streams import crossed_chunk_draws
@@ -84,7 +85,8 @@ def paper_tables(layout: RunLayout, protocol: Protocol, ok: pd.DataFrame, point:
     curve = pa.dead_fraction_curve(prim, split)
     out["dead_fraction"] = attach(curve, counts(prim_grid, ["model", "expansion"]),
                                   {"model": "model", "expansion": "expansion"})
-    rs = pa.scale_rank_stability(curve, models, higher_better=False).assign(split=split)
+    means = st.scale_means(prim.rename(columns={"value": "dead_fraction"}), ["dead_fraction"])
+    rs = pa.scale_rank_stability(means, models, higher_better=False).assign(split=split)
     out["dead_fraction_rank_stability"] = sum_of(rs, counts(prim_grid, ["expansion"]), "expansion",
                                                   ("expansion_a", "expansion_b"))
     dmodels, ddraws, dpoint = _crossed_units(pa.auc_units(prim, models, depths, seeds, expansions), models,

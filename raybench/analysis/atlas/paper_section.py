@@ -108,9 +108,9 @@ def dead_fraction_body(ctx: Context) -> str:
 PAPER_SECTIONS = {s.id: s for s in (
     Section("crossed_contrasts", "Crossed-bootstrap contrasts",
            "Pairwise model differences of the common-scale AUC under the crossed bootstrap over depth units × "
-           "SAE seeds (model_a: the higher value); p-values Benjamini–Hochberg adjusted within each metric, as "
-           "the published inference does.", body=crossed_contrasts_body, claims=("crossed_contrasts",),
-           needs=("crossed_contrasts",)),
+           "SAE seeds (model_a − model_b, pairs in the published model order); p-values Benjamini–Hochberg "
+           "adjusted within each metric, as the published inference does.", body=crossed_contrasts_body,
+           claims=("crossed_contrasts",), needs=("crossed_contrasts",)),
     Section("arm_sensitivity", "Sparsity-arm sensitivity",
            "Fixed k/d (primary) against fixed k/N (sensitivity) at the sensitivity depth, as the published "
            "sensitivity analysis: Kendall τ between the two arms' model orders at every E, and paired-seed "

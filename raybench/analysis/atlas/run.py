@@ -10,7 +10,6 @@ from paper_run.py, decoder reproducibility from reproducibility.py.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from pathlib import Path
 
@@ -74,22 +73,42 @@ DEPTH_SCALE_METRICS = [*METRIC_NAMES, "val_r2", "val_dead_fraction"]
 # ---------------------------------------------------------------- builders, one per table family
 
 
+def published_draws(draws: np.ndarray, ok: pd.DataFrame | None, models: list[str],
+                    inf: InferenceProtocol) -> list[np.ndarray | None]:
+    """Per metric, the per-E patient-bootstrap draws [D, M, E] in the published summary's arithmetic
+    (stats.published_scale_draws) under the published stream on a complete grid; None otherwise."""
+    if ok is None or inf.stream != "published" or not models:
+        return [None] * len(METRIC_NAMES)
+    es = sorted(int(e) for e in ok.expansion.unique())
+    return [st.published_scale_draws(draws[:, :, k], ok, models, es) for k in range(len(METRIC_NAMES))]
+
+
 def profile_tables(point: np.ndarray, draws: np.ndarray, w_prof: np.ndarray, models: list[str],
-                   inf: InferenceProtocol, cohort_kind: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   inf: InferenceProtocol, cohort_kind: str,
+                   ok: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """profiles (depth + seed averaged common-scale AUC, patient-bootstrap CI and ranks) and the pairwise
-    contrasts (BH within each metric); models: the columns of w_prof [cells, M]."""
+    contrasts (BH within each metric); models: the columns of w_prof [cells, M]. With the ok cells (rows of
+    draws) under the published stream, the profile draws take the published summary's arithmetic (equal up to
+    rounding, which decides ties of quantized metrics: p, rank probabilities); that stream also ranks tied
+    models as the summary does (stats.published_ranks), the chunked one shares rank 1 between them."""
     prof_point = point.T @ w_prof  # [3, M]
     prof_draws = np.einsum("dck,cm->kdm", draws, w_prof)  # [3, D, M]
+    for k, scale in enumerate(published_draws(draws, ok, models, inf)):
+        if scale is not None:
+            es = sorted(int(e) for e in ok.expansion.unique())
+            prof_draws[k] = np.stack([trapezoid_auc(np.ascontiguousarray(scale[:, i, :].T), es, axis=0)
+                                      for i in range(len(models))], axis=1)
+    ties = "published" if inf.stream == "published" else "shared"  # rank ties within a draw (§8.2)
     prof_rows, con_rows = [], []
     for k, metric in enumerate(METRIC_NAMES):
         lo, hi = st.percentile_ci(prof_draws[k], inf.ci_low, inf.ci_high)
-        r1, mr = st.rank1_prob(prof_draws[k]), st.mean_rank(prof_draws[k])
+        r1 = st.rank1_prob(prof_draws[k], models, ties)
+        mr = st.mean_rank(prof_draws[k], models, ties)
         for i, m in enumerate(models):
             pub = PUBLISHED[metric].get(m, np.nan) if cohort_kind == "ptbxl" else np.nan
             prof_rows.append((m, metric, prof_point[k, i], lo[i], hi[i], r1[i], mr[i], pub))
-        order = sorted(range(len(models)), key=lambda i: (-prof_point[k, i], models[i]))
         fam = []
-        for a, b in itertools.combinations(order, 2):
+        for a, b in st.contrast_pairs(models):  # published orientation: (left, right) in MODEL_ORDER
             diff = prof_draws[k][:, a] - prof_draws[k][:, b]
             dlo, dhi = st.percentile_ci(diff, inf.ci_low, inf.ci_high)
             fam.append([metric, models[a], models[b], prof_point[k, a] - prof_point[k, b], float(dlo),
@@ -100,16 +119,24 @@ def profile_tables(point: np.ndarray, draws: np.ndarray, w_prof: np.ndarray, mod
 
 
 def curve_tables(point: np.ndarray, draws: np.ndarray, w_curve: np.ndarray, targets: list,
-                 inf: InferenceProtocol) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
-    """curves (matched scale: each metric per model and E) and rank_stability; also the curve points [3, T]."""
+                 inf: InferenceProtocol, ok: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """curves (matched scale: each metric per model and E) and rank_stability (primary ok cells, ranked on the
+    published means: stats.scale_means); also the curve points [3, T]."""
     curve_point = point.T @ w_curve
     curve_draws = np.einsum("dck,ct->kdt", draws, w_curve)
+    models = list(dict.fromkeys(m for m, _ in targets))
+    es = sorted(int(e) for e in ok.expansion.unique())
+    for k, scale in enumerate(published_draws(draws, ok, models, inf)):
+        if scale is not None:  # the published summary's arithmetic (its matched-scale intervals)
+            curve_draws[k] = np.stack([scale[:, models.index(m), es.index(int(e))] for m, e in targets], axis=1)
     rows = []
     for k, metric in enumerate(METRIC_NAMES):
         lo, hi = st.percentile_ci(curve_draws[k], inf.ci_low, inf.ci_high)
         rows += [(m, metric, e, curve_point[k, t], lo[t], hi[t]) for t, (m, e) in enumerate(targets)]
     curves = pd.DataFrame(rows, columns=COLUMNS["curves"])
-    rs = st.rank_stability(curves)
+    prim = ok[ok.arm == "primary"][["model", "q", "expansion", "seed"]].assign(
+        **{metric: point[(ok.arm == "primary").to_numpy(), k] for k, metric in enumerate(METRIC_NAMES)})
+    rs = st.rank_stability(st.scale_means(prim, METRIC_NAMES))  # the three metrics: higher is better
     rs = rs.sort_values(["metric", "expansion_a", "expansion_b"], kind="stable",
                         key=lambda c: c.map(METRIC_NAMES.index) if c.name == "metric" else c)
     return curves, rs[COLUMNS["rank_stability"]], curve_point
@@ -253,9 +280,9 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
     w_prof, prof_models = profile_weights(per_depth, models)
     for m in set(models) - set(prof_models):
         log.warning("profiles: %s has no depth with ok cells at every expansion; left out", m)
-    out["profiles"], out["contrasts"] = profile_tables(point, draws, w_prof, prof_models, inf, cohort_kind)
+    out["profiles"], out["contrasts"] = profile_tables(point, draws, w_prof, prof_models, inf, cohort_kind, ok)
     w_curve, curve_targets = curve_weights(ok, models, expansions)
-    out["curves"], out["rank_stability"], curve_point = curve_tables(point, draws, w_curve, curve_targets, inf)
+    out["curves"], out["rank_stability"], curve_point = curve_tables(point, draws, w_curve, curve_targets, inf, ok)
     out["crossed"], crossed_store = crossed_table(ok, point, models, expansions, depths, seeds, inf, num_workers)
     out.update(scale_tables(ok, point, models, expansions, per_depth, curve_point, curve_targets, sq))
     out["reproducibility"], repro_pairs = reproducibility_tables(layout, ok, protocol, num_workers)

@@ -1,5 +1,5 @@
 """`raybench compare RUN_A RUN_B [--out DIR]`: two finished runs of one protocol side by side (docs/protocol.md
-§8.8): tables (Parquet + CSV), a figure (PNG + SVG) and report.html under --out, by default
+§8.9): tables (Parquet + CSV), a figure (PNG + SVG) and report.html under --out, by default
 <RUN_A>/compare/<name of RUN_B>/.
 
 The protocols are checked first, from run.yaml alone, so runs that cannot be compared are refused (exit 2, the

@@ -1,4 +1,4 @@
-"""Two finished runs of one protocol -> the comparison tables (docs/protocol.md §8.8).
+"""Two finished runs of one protocol -> the comparison tables (docs/protocol.md §8.9).
 
 `load_profiles` reads one run: its profiles table (the point values) and a fresh patient bootstrap of its cells'
 patient_stats.npz through the analysis' own machinery (packed_stats.py, bootstrap.py, summary_weights.py), so

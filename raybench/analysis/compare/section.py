@@ -62,7 +62,7 @@ METHOD = ("Each run's model profile is its common-scale AUC per metric, averaged
           "and draw i of A is paired with draw i of B to form draws of every between-run statistic: Kendall τ-b "
           "and Spearman ρ of the model orders, the AUC difference B − A (interval, bootstrap p, Benjamini-Hochberg "
           "within each metric) and whether the runs' leaders share a model. Intervals are percentile intervals "
-          "(docs/protocol.md §8.8).")
+          "(docs/protocol.md §8.9).")
 
 
 def render(tables: dict[str, pd.DataFrame], png: Path | None) -> str:

@@ -14,8 +14,10 @@ from scipy.stats import kendalltau
 
 from raybench.analysis.atlas import paper_analyses as pa
 from raybench.analysis.completeness import IncompleteGridError, check_complete, grid_frame
+from raybench.analysis.inference import stats as st
 from raybench.analysis.inference.stats import benjamini_hochberg
 from raybench.core.errors import USER_EXIT_CODE
+from raybench.core.protocol import MODELS, PUBLISHED_MODEL_ORDER, analysis_order
 
 # ---------------------------------------------------------------- pure functions
 
@@ -24,15 +26,29 @@ def test_rank_tau_matches_scipy_on_the_published_ranks():
     a = {"m1": 0.30, "m2": 0.20, "m3": 0.10, "m4": 0.25}
     b = {"m1": 0.30, "m2": 0.05, "m3": 0.10, "m4": 0.35}
     order = ["m1", "m2", "m3", "m4"]
-    tau, p, oa, ob, n = pa.rank_tau(a, b, order)
+    tau, p, oa, ob, n = st.rank_tau(a, b, order)
     assert (oa, ob, n) == ("m1>m4>m2>m3", "m4>m1>m3>m2", 4)
     want = kendalltau([1, 3, 4, 2], [2, 4, 3, 1])  # ranks of m1..m4 under a and b
     assert tau == pytest.approx(want.statistic) and p == pytest.approx(want.pvalue)
     assert tau == pytest.approx(2 / 6)  # 4 concordant, 2 discordant pairs
-    assert pa.rank_tau(a, b, order, higher_better=False)[0] == pytest.approx(tau)  # both orders reversed
-    # a tie keeps the grid's model order (as `sorted` does in the published script); missing models drop out
-    tied = pa.rank_tau({"x": 1.0, "y": 1.0, "z": np.nan}, {"x": 1.0, "y": 2.0}, ["x", "y", "z"])
+    assert st.rank_tau(a, b, order, higher_better=False)[0] == pytest.approx(tau)  # both orders reversed
+    # models the published scripts do not know keep the order given; missing models drop out
+    tied = st.rank_tau({"x": 1.0, "y": 1.0, "z": np.nan}, {"x": 1.0, "y": 2.0}, ["x", "y", "z"])
     assert tied[2:] == ("x>y", "y>x", 2) and tied[0] == pytest.approx(-1.0)
+
+
+def test_ties_fall_in_the_published_model_order_not_the_grid_order():
+    grid = list(MODELS)  # csfm before cardiac_fm
+    assert analysis_order(grid) == list(PUBLISHED_MODEL_ORDER) and grid != list(PUBLISHED_MODEL_ORDER)
+    assert analysis_order(["seventh", "st_mem", "csfm", "cardiac_fm"]) == ["cardiac_fm", "csfm", "st_mem", "seventh"]
+    a = {m: 0.5 for m in grid} | {"ecg_fm": 0.9}
+    b = dict(zip(grid, [0.6, 0.5, 0.4, 0.3, 0.2, 0.1], strict=True))  # csfm above cardiac_fm
+    tau, _, oa, ob, n = st.rank_tau(a, b, grid)
+    assert oa == "ecg_fm>cardiac_fm>csfm>ecg_jepa>hubert_ecg>st_mem" and n == 6
+    want = kendalltau([2, 3, 1, 4, 5, 6], [2, 1, 3, 4, 5, 6]).statistic  # cardiac_fm .. st_mem
+    assert tau == pytest.approx(want)
+    assert st.rank_tau(a, b, grid[::-1])[0] == tau  # whatever order the caller lists them in
+    assert st.rank_order(a, grid, sort="pandas")[0] == "ecg_fm"
 
 
 def test_scale_rank_stability_every_pair_of_E():
@@ -56,10 +72,17 @@ def test_auc_units_weights_by_hand():
 def test_pairwise_contrasts_order_ci_p_and_bh():
     draws = np.array([[3.0, 1.0, 2.0], [3.5, 1.5, 1.0], [2.5, 0.5, 2.5], [3.0, 1.0, 3.5]])
     con = pa.pairwise_contrasts("m", ["a", "b", "c"], np.array([3.0, 1.0, 2.0]), draws, 0, 100)
-    assert list(zip(con.model_a, con.model_b, strict=True)) == [("a", "c"), ("a", "b"), ("c", "b")]
+    assert list(zip(con.model_a, con.model_b, strict=True)) == [("a", "b"), ("a", "c"), ("b", "c")]
     ab = con[(con.model_a == "a") & (con.model_b == "b")].iloc[0]
     assert ab["diff"] == 2.0 and (ab.ci_low, ab.ci_high) == (2.0, 2.0) and ab.p == pytest.approx(2 / 5)
+    bc = con[(con.model_a == "b") & (con.model_b == "c")].iloc[0]
+    assert bc["diff"] == -1.0 and (bc.ci_low, bc.ci_high) == (-2.5, 0.5)  # left minus right, not the higher first
     assert con.p_bh.tolist() == pytest.approx(benjamini_hochberg(con.p.to_numpy()).tolist())
+    # published orientation: left before right in MODEL_ORDER, whatever the grid order and the values
+    real = pa.pairwise_contrasts("m", ["csfm", "cardiac_fm", "st_mem"], np.array([3.0, 1.0, 2.0]), draws, 0, 100)
+    assert list(zip(real.model_a, real.model_b, strict=True)) == [("cardiac_fm", "csfm"), ("cardiac_fm", "st_mem"),
+                                                                  ("csfm", "st_mem")]
+    assert real["diff"].tolist() == [-2.0, -1.0, 1.0]
 
 
 def test_bh_hand_example():

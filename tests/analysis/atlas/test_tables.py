@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raybench.analysis.atlas.run import PUBLISHED, TABLE_COLUMNS, analyze_run
+from raybench.analysis.atlas.run import PUBLISHED, TABLE_COLUMNS, analyze_run, profile_tables
 from raybench.core.atomic import write_json, write_table
 from raybench.core.config import EvalProtocol, GridProtocol, InferenceProtocol, Protocol
 from raybench.core.paths import RunLayout
+from raybench.core.protocol import analysis_order
 from raybench.core.sufficient_stats import patient_stats
 
 MODELS = ("csfm", "ecg_jepa", "st_mem")
@@ -152,8 +153,11 @@ def test_planted_best_model_ranks_first(analyzed):
         assert p.loc["ecg_jepa", "rank1_prob"] > 0.95 and p.loc["ecg_jepa", "mean_rank"] < 1.1
         runner_up = p.auc.drop("ecg_jepa").idxmax()
         assert p.loc["ecg_jepa", "ci_low"] > p.loc[runner_up, "ci_high"]
-        c = con[(con.metric == metric) & (con.model_a == "ecg_jepa") & (con.model_b == runner_up)].iloc[0]
-        assert c.ci_low > 0 and c.p_bh < 0.05 and c["diff"] > 0
+        left, right = analysis_order(["ecg_jepa", runner_up])  # published orientation, not the higher first
+        c = con[(con.metric == metric) & (con.model_a == left) & (con.model_b == right)].iloc[0]
+        sign = 1.0 if left == "ecg_jepa" else -1.0
+        assert c.p_bh < 0.05 and sign * c["diff"] > 0 and (c.ci_low > 0 if sign > 0 else c.ci_high < 0)
+    assert all(analysis_order([a, b]) == [a, b] for a, b in zip(con.model_a, con.model_b, strict=True))
     # point AUC = the mean over depths and seeds of the common-scale AUC of cell values (independent recomputation)
     ds = out["depth_scale"]
     acc = ds[(ds.metric == "accessibility") & (ds.model == "st_mem")].pivot(index="q", columns="expansion",
@@ -192,3 +196,20 @@ def test_failed_cells_reported_and_published_column(tmp_path, ray_cluster):
     assert not ((sens.model == "csfm") & (sens.factor == "depth") & (sens.level == "1")).any()
     assert ((sens.model == "st_mem") & (sens.factor == "depth") & (sens.level == "1")).any()
     assert len(out["reproducibility"]) == len(MODELS) * 4 - 2  # st_mem and csfm lose (q=1, E=4)
+
+
+def test_profile_contrasts_are_left_minus_right_in_the_published_model_order():
+    """As the published patient-bootstrap summary lists them: (left, right) in MODEL_ORDER, whichever is higher,
+    and whatever the grid order (csfm before cardiac_fm)."""
+    models = ["csfm", "cardiac_fm", "st_mem"]
+    point = np.array([[0.5, 0.3, 0.8], [0.4, 0.2, 0.9], [0.1, 0.3, 0.2]])  # [cells = models, 3 metrics]
+    draws = point[None] + np.random.default_rng(0).normal(0, 0.01, (200, 3, 3))
+    _, con = profile_tables(point, draws, np.eye(3), models, InferenceProtocol(), "synth")
+    for k, (_, g) in enumerate(con.groupby("metric", sort=False)):
+        assert list(zip(g.model_a, g.model_b, strict=True)) == [("cardiac_fm", "csfm"), ("cardiac_fm", "st_mem"),
+                                                                ("csfm", "st_mem")]
+        np.testing.assert_allclose(g["diff"], [point[1, k] - point[0, k], point[1, k] - point[2, k],
+                                               point[0, k] - point[2, k]])
+    first = con.iloc[0]  # cardiac_fm - csfm < 0: the lower model on the left keeps its sign
+    assert first["diff"] == pytest.approx(-0.1) and first.ci_high < 0
+
