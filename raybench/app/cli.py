@@ -28,8 +28,8 @@ COMMANDS: dict[str, str] = {
     "export": "raybench.app.export:export",
     "features": "raybench.analysis.features.cli:features",
     "checkpoint": "raybench.encoders.checkpoint_cli:checkpoint",
-    "provenance": "raybench.analysis.provenance_audit.cli:provenance",
-    "reliability": "raybench.analysis.reliability.cli:reliability",
+    "provenance": "raybench.analysis.cli:provenance",
+    "reliability": "raybench.analysis.cli:reliability",
     "compare": "raybench.analysis.compare.cli:compare",
 }
 

@@ -21,14 +21,9 @@ AUDITED_LAYERS = {"csfm": 6, "cardiac_fm": 12, "ecg_fm": 12, "ecg_jepa": 12, "hu
 
 @pytest.fixture(autouse=True)
 def builtin_package(monkeypatch):
-    """The built-in package must import for build_encoder; each test gets a private copy of the registry."""
-    try:
-        pkg = importlib.import_module("raybench.encoders.models")
-    except ImportError as err:
-        pytest.skip(f"raybench.encoders.models does not import yet ({err}): built-in adapters incomplete")
-    if getattr(pkg, "__file__", None) is None:
-        pytest.skip("raybench.encoders.models was bypassed by an adapter test while the package was incomplete")
-    pkg.load_builtin()  # adapters import on demand; register all six before taking the private copy
+    """Each test gets a private copy of the registry, with every built-in adapter registered first (they import on
+    demand, base.load_builtin)."""
+    base.load_builtin()
     monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
 
 

@@ -47,6 +47,10 @@ def test_planted_cohort_through_the_encoder_is_recovered_and_relied_on(tmp_path,
     for name in ("provenance_recover", "provenance_stress", "provenance_controls", "provenance_verdicts",
                  "provenance_gates", "provenance_features"):
         assert (layout.tables_dir / f"{name}.parquet").exists()
+    from raybench.analysis.api import RenderInputs
+    from raybench.analysis.provenance_audit.analysis import draw
+
+    draw(RenderInputs(layout.root, cfg.protocol))  # the analyze stage's render step: figures from the tables
     for stem in ("provenance_lpi", "provenance_curves", "provenance_removal"):
         assert (layout.figures_dir / f"{stem}.png").exists()
     html = render_report(layout.root).read_text()

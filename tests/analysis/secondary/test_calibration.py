@@ -60,4 +60,8 @@ def test_ladder_orders_on_the_synthetic_cohort(tmp_path, ray_cluster):
     assert margin["random_ci_low"] > 0 and margin["win_rate"] > 0.5, margin
     written = pd.read_parquet(layout.tables_dir / "calibration.parquet")
     assert written.set_index("method")["accessibility"].to_dict() == acc.to_dict()
+    from raybench.analysis.api import RenderInputs
+    from raybench.analysis.secondary.figures import draw_secondary_figures
+
+    draw_secondary_figures(RenderInputs(layout.root, p))  # drawn from the tables, as the analyze stage does
     assert (layout.figures_dir / "calibration_ladder.png").exists()

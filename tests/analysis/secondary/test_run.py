@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from raybench.analysis.api import RenderInputs
 from raybench.analysis.inference.stats import benjamini_hochberg
 from raybench.analysis.secondary import SecondaryConfig
+from raybench.analysis.secondary.figures import draw_secondary_figures
 from raybench.core.config import GridProtocol, SAEProtocol, demo_run
 from raybench.core.paths import RunLayout
 
@@ -78,6 +80,7 @@ def tiny_run(tmp_path_factory, ray_cluster):
     root = tmp_path_factory.mktemp("secondary_run")
     cfg = _build_run(root)
     tables = run_secondary(root, cfg.protocol, cfg, SCFG, strict=True)
+    draw_secondary_figures(RenderInputs(root, cfg.protocol))  # what the analyze stage's render step draws
     return root, cfg, tables
 
 
@@ -163,6 +166,7 @@ def test_rerun_is_byte_identical_and_uses_the_cache(tiny_run):
     assert [p.stem for p in cache] == sorted(MODELS)
     stamps = [p.stat().st_mtime_ns for p in cache]
     run_secondary(root, cfg.protocol, cfg, SCFG, strict=True)
+    draw_secondary_figures(RenderInputs(root, cfg.protocol))
     after = {p.name: p.read_bytes() for p in sorted(layout.figures_dir.glob("*")) if p.name in before}
     assert after == before
     assert {p.name: p.read_bytes() for p in sorted(layout.tables_dir.glob("*.csv"))} == tables_before
