@@ -30,7 +30,8 @@ class SecondaryConfig:
     """Settings of the secondary analyses that raybench.config does not hold (protocol defaults).
 
     None for draws / seeds means "take protocol.inference's" so the secondary bootstraps reuse the run's
-    patient draws.
+    patient draws (raybench's rule, the demo preset). The defaults are the published scripts' own bootstrap
+    seeds, one per analysis (docs/protocol.md §9.5); this class is their one owner.
     """
 
     analyses: tuple[str, ...] = ANALYSES
@@ -57,7 +58,10 @@ class SecondaryConfig:
     subset_seed: int = 960000
     # inference
     bootstrap_draws: int | None = None  # None: protocol.inference.patient_draws
-    bootstrap_seed: int | None = None  # None: protocol.inference.seed
+    # patient-bootstrap seeds; None: protocol.inference.seed (docs/protocol.md §9.5)
+    harmonization_seed: int | None = 20260715  # published input-harmonization evaluation
+    intervention_seed: int | None = 20260722  # published matched-effect bootstrap (PTB-XL and other cohorts)
+    mimic_intervention_seed: int | None = 20260724  # published MIMIC-IV-ECG matched-effect bootstrap
 
     def validate(self) -> SecondaryConfig:
         unknown = [a for a in self.analyses if a not in ANALYSES]
@@ -82,14 +86,22 @@ class SecondaryConfig:
 
     @classmethod
     def demo(cls) -> SecondaryConfig:
-        """Laptop-sized: re-encoding is the only costly part, so only its record counts shrink."""
-        return cls(harmonization_train_records=96, harmonization_test_patients=32)
+        """Laptop-sized: re-encoding is the only costly part, so only its record counts shrink. The secondary
+        bootstraps reuse the run's patient draws (protocol.inference.seed), raybench's rule."""
+        return cls(harmonization_train_records=96, harmonization_test_patients=32, harmonization_seed=None,
+                   intervention_seed=None, mimic_intervention_seed=None)
 
     def draws(self, protocol: Protocol) -> int:
         return self.bootstrap_draws or protocol.inference.patient_draws
 
-    def seed(self, protocol: Protocol) -> int:
-        return protocol.inference.seed if self.bootstrap_seed is None else self.bootstrap_seed
+    def harmonization_bootstrap_seed(self, protocol: Protocol) -> int:
+        """Seed of the harmonization patient bootstrap."""
+        return protocol.inference.seed if self.harmonization_seed is None else self.harmonization_seed
+
+    def intervention_bootstrap_seed(self, protocol: Protocol, cohort: str) -> int:
+        """Seed of the intervention patient bootstrap: the published MIMIC run had its own (cohort: cohort.kind)."""
+        seed = self.mimic_intervention_seed if cohort == "mimic" else self.intervention_seed
+        return protocol.inference.seed if seed is None else seed
 
 
 def calibration_cells(root: str | Path, protocol: Protocol, expansion: int | None = None) -> pd.DataFrame:

@@ -196,8 +196,10 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
             "intervention_concepts": concepts, "intervention_designs": pd.DataFrame(design_rows)}
 
 
-def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig) -> dict[str, pd.DataFrame]:
-    """One Ray task per model at its final layer; BH across models per metric; tables + figure."""
+def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig, cohort: str
+                     ) -> dict[str, pd.DataFrame]:
+    """One Ray task per model at its final layer; BH across models per metric; tables + figure.
+    cohort: cfg.cohort.kind (the published MIMIC run's bootstrap had its own seed)."""
     import ray
 
     from raybench.analysis.secondary import calibration_cells
@@ -217,7 +219,7 @@ def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig
 
     manifest, info = load_manifest(layout.manifest)  # test patients as load_cell_data has them (missing concepts)
     counts = ray.put(bootstrap_counts(len(evaluation_test_patients(manifest, info, protocol.eval)),
-                                      scfg.draws(protocol), scfg.seed(protocol),
+                                      scfg.draws(protocol), scfg.intervention_bootstrap_seed(protocol, cohort),
                                       protocol.inference.chunk_draws, protocol.inference.stream))
     task = ray.remote(num_cpus=1)(intervene_model)
     ci = (protocol.inference.ci_low, protocol.inference.ci_high)
