@@ -56,6 +56,10 @@ class SecondaryConfig:
     max_dose: float = 1.0
     candidate_subsets: int = 20
     subset_seed: int = 960000
+    # under eval.missing_concepts complete_case: True (published) fits and selects calibration and intervention on
+    # the complete-case train records, with the selection subset drawn among them; False (raybench's) reuses the
+    # atlas's train split and selection subset, missing concepts at 0 (docs/protocol.md §9.6)
+    complete_case_train: bool = True
     # inference
     bootstrap_draws: int | None = None  # None: protocol.inference.patient_draws
     # patient-bootstrap seeds; None: protocol.inference.seed (docs/protocol.md §9.5)
@@ -87,9 +91,10 @@ class SecondaryConfig:
     @classmethod
     def demo(cls) -> SecondaryConfig:
         """Laptop-sized: re-encoding is the only costly part, so only its record counts shrink. The secondary
-        bootstraps reuse the run's patient draws (protocol.inference.seed), raybench's rule."""
+        bootstraps reuse the run's patient draws (protocol.inference.seed) and the ladder and interventions the
+        atlas's selection subset, raybench's rules."""
         return cls(harmonization_train_records=96, harmonization_test_patients=32, harmonization_seed=None,
-                   intervention_seed=None, mimic_intervention_seed=None)
+                   intervention_seed=None, mimic_intervention_seed=None, complete_case_train=False)
 
     def draws(self, protocol: Protocol) -> int:
         return self.bootstrap_draws or protocol.inference.patient_draws

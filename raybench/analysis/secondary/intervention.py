@@ -73,10 +73,10 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
 
     from raybench.analysis.stats import paired_p
     from raybench.sae.cell_files import load_cell_sae
-    from raybench.sae.data import load_cell_data
+    from raybench.sae.data import load_secondary_data
 
     torch.set_num_threads(1)
-    data = load_cell_data(root, model, layer, eval_cfg)
+    data = load_secondary_data(root, model, layer, eval_cfg, scfg.complete_case_train)
     names = data.concept_names
     fams = concept_families(names)
     c_n = len(names)
