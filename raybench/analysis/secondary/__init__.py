@@ -49,7 +49,10 @@ class SecondaryConfig:
     harmonization_subset_seed: int = 20240615
     # intervention
     readout_alphas: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0)
-    intervention_k: int = 5
+    intervention_ks: tuple[int, ...] = (1, 5)  # coordinates clamped per concept (published: 1 and 5)
+    intervention_methods: tuple[str, ...] = ("dense", "pca", "sae", "random_rotation")  # published order
+    intervention_arms: tuple[str, ...] = ("matched", "full")  # SAE candidates: a subset of d latents / all
+    rotation_seed: int = 20260720  # the random rotation of model i (sorted models) uses rotation_seed + i
     high_quantile: float = 0.75
     effect_cap: float = 0.25
     effect_floor: float = 0.05
@@ -77,8 +80,15 @@ class SecondaryConfig:
                              f"got {list(self.harmonization_protocols)}")
         if self.ridge_alpha <= 0 or any(a <= 0 for a in self.readout_alphas):
             raise ValueError("ridge alphas must be > 0")
-        if self.random_dictionaries < 1 or self.candidate_subsets < 1 or self.intervention_k < 1:
-            raise ValueError("random_dictionaries, candidate_subsets and intervention_k must be >= 1")
+        if self.random_dictionaries < 1 or self.candidate_subsets < 1 or min(self.intervention_ks, default=0) < 1:
+            raise ValueError("random_dictionaries, candidate_subsets and intervention_ks must be >= 1")
+        methods = ("dense", "pca", "sae", "random_rotation")
+        if not {"dense", "sae"} <= set(self.intervention_methods) or \
+                tuple(m for m in methods if m in self.intervention_methods) != self.intervention_methods:
+            raise ValueError(f"intervention_methods must hold dense and sae, in the order {methods}, "
+                             f"got {list(self.intervention_methods)}")
+        if not self.intervention_arms or not set(self.intervention_arms) <= {"matched", "full"}:
+            raise ValueError(f"intervention_arms must be matched and/or full, got {list(self.intervention_arms)}")
         if not 0 < self.effect_floor <= self.effect_cap or self.max_dose <= 0:
             raise ValueError("need 0 < effect_floor <= effect_cap and max_dose > 0")
         for name in ("harmonization_train_records", "harmonization_test_patients"):
@@ -91,10 +101,12 @@ class SecondaryConfig:
     @classmethod
     def demo(cls) -> SecondaryConfig:
         """Laptop-sized: re-encoding is the only costly part, so only its record counts shrink. The secondary
-        bootstraps reuse the run's patient draws (protocol.inference.seed) and the ladder and interventions the
-        atlas's selection subset, raybench's rules."""
+        bootstraps reuse the run's patient draws (protocol.inference.seed), the ladder and interventions the
+        atlas's selection subset, and the interventions compare SAE and dense coordinates only (k = 5, subsets
+        of d latents): raybench's rules."""
         return cls(harmonization_train_records=96, harmonization_test_patients=32, harmonization_seed=None,
-                   intervention_seed=None, mimic_intervention_seed=None, complete_case_train=False)
+                   intervention_seed=None, mimic_intervention_seed=None, complete_case_train=False,
+                   intervention_ks=(5,), intervention_methods=("dense", "sae"), intervention_arms=("matched",))
 
     def draws(self, protocol: Protocol) -> int:
         return self.bootstrap_draws or protocol.inference.patient_draws

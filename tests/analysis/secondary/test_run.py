@@ -129,19 +129,31 @@ def test_three_analyses_write_tables_and_figures(tiny_run):
     jepa = harm[harm["model"] == "ecg_jepa"].set_index("protocol")
     assert jepa.at["lead", "cka_to_native"] == pytest.approx(1.0, abs=1e-6)
 
-    inter = tables["intervention"]
-    assert set(inter["method"]) == {"dense", "sae"} and (inter["concepts_total"] == len(cfg_concepts(root))).all()
-    eligible = tables["intervention_concepts"].groupby(["model", "method"]).primary_eligible.sum()
-    assert inter.set_index(["model", "method"]).concepts_eligible.to_dict() == eligible.to_dict()
+    inter = tables["intervention"]  # the published design: 4 methods x 2 candidate arms x k in (1, 5)
+    assert set(inter["method"]) == set(SCFG.intervention_methods) == {"dense", "pca", "sae", "random_rotation"}
+    assert (inter["concepts_total"] == len(cfg_concepts(root))).all()
+    assert set(zip(inter["arm"], inter["k"], strict=True)) == {(a, k) for a in ("matched", "full") for k in (1, 5)}
+    keys = ["model", "arm", "k", "method"]
+    eligible = tables["intervention_concepts"].groupby(keys).primary_eligible.sum()
+    assert inter.set_index(keys).concepts_eligible.to_dict() == eligible.to_dict()
+    icon = tables["intervention_contrasts"]
+    assert len(icon) == len(MODELS) * 2 * 2 * 3 * 4  # models x arms x k x comparisons x metrics
+    assert set(icon["comparison"]) == {"sae_minus_dense", "sae_minus_pca", "sae_minus_random_rotation"}
+    for _, g in icon.groupby("metric"):  # one BH family per metric over every model x arm x k x comparison
+        np.testing.assert_allclose(g["q_value_bh"], benjamini_hochberg(g["p_value"].to_numpy()))
     designs = tables["intervention_designs"]
-    assert len(designs) == 2 * 2 * SCFG.candidate_subsets * len(cfg_concepts(root))
+    assert len(designs) == len(MODELS) * 2 * (SCFG.candidate_subsets + 1) * 2 * len(cfg_concepts(root))
     assert set(designs["status"]) <= {"eligible", "below_effect_floor", "nonpositive_validation_effect"}
     ok = designs[designs["status"] == "eligible"]
-    # the common effect is the capped smaller full-clamp effect, and each arm's dose reaches exactly it
-    capped = np.minimum(SCFG.effect_cap, ok[["dense_unit_effect", "sae_unit_effect"]].min(axis=1))
+    # the common effect is the capped smallest dense / PCA / SAE full-clamp effect, and each dose reaches exactly it
+    capped = np.minimum(SCFG.effect_cap, ok[["dense_unit_effect", "pca_unit_effect", "sae_unit_effect"]].min(axis=1))
     np.testing.assert_allclose(ok["common_effect"], capped, rtol=1e-12)
-    for arm in ("dense", "sae"):
-        np.testing.assert_allclose(ok[f"{arm}_dose"] * ok[f"{arm}_unit_effect"], ok["common_effect"], rtol=1e-9)
+    for method in ("dense", "pca", "sae"):
+        np.testing.assert_allclose(ok[f"{method}_dose"] * ok[f"{method}_unit_effect"], ok["common_effect"], rtol=1e-9)
+    rot = ok.dropna(subset=["random_rotation_dose"])  # the rotation joins only where a dose <= 1 reaches it
+    assert (rot["random_rotation_dose"] <= SCFG.max_dose + 1e-10).all()
+    np.testing.assert_allclose(rot["random_rotation_dose"] * rot["random_rotation_unit_effect"], rot["common_effect"],
+                               rtol=1e-9)
 
 
 def cfg_concepts(root: Path) -> tuple[str, ...]:
