@@ -184,10 +184,11 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
                             n_ok[si, a, ki, mi, c] += 1
                             effect[si, a, ki, mi, c] += common
                     design_rows.append(row)
+    sums /= np.maximum(n_ok, 1)[..., None, None]  # in place: [S, A, K, M, C, P, 4] is the largest array here
+    sums[n_ok == 0] = np.nan
     with np.errstate(invalid="ignore", divide="ignore"):
-        per_seed = np.where(n_ok[..., None, None] > 0, sums / n_ok[..., None, None], np.nan)
         seed_effect = np.where(n_ok > 0, effect / n_ok, np.nan)
-    avg, seeds_ok, matched = seed_average(per_seed, seed_effect)
+    avg, seeds_ok, matched = seed_average(sums, seed_effect)
     observed, draws = observed_and_draws(avg, matched, n_per_patient, counts)
     contrasts = paired_contrasts(observed, draws, seeds_ok, len(seeds), arms, ks, methods,
                                  [c for c in COMPARISONS if set(c) <= set(methods)], ci)
@@ -196,20 +197,21 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     concept_rows, summary_rows = [], []
     for a, arm in enumerate(arms):
         for ki, k in enumerate(ks):
-            primary = np.all(seeds_ok[a, ki] == len(seeds), axis=0) & np.all(np.isfinite(observed[a, ki, :, :, 0]),
-                                                                               axis=0)
+            # per method: eligible in every seed (the published all-seeds profile)
+            primary = (seeds_ok[a, ki] == len(seeds)) & np.isfinite(observed[a, ki, :, :, 0])  # [M, C]
+            sae, dense = methods.index("sae"), methods.index("dense")
             wbi = observed[a, ki, :, :, col["wbi_cross"]]  # [M, C]
-            selective = primary & (wbi[methods.index("sae")] < np.min(np.delete(wbi, methods.index("sae"), 0), 0))
+            selective = primary[sae] & primary[dense] & (wbi[sae] < wbi[dense])  # SAE more selective than dense
             for mi, method in enumerate(methods):
                 obs = observed[a, ki, mi]
                 concept_rows += [{"model": model, "arm": arm, "k": int(k), "concept": names[c], "family": fams[c],
                                   "method": method, "seeds_eligible": int(seeds_ok[a, ki, mi, c]),
-                                  "primary_eligible": bool(primary[c]), "matched_effect": matched[a, ki, mi, c],
+                                  "primary_eligible": bool(primary[mi, c]), "matched_effect": matched[a, ki, mi, c],
                                   **{m: obs[c, col[m]] for m in OUTPUT_METRICS}} for c in range(c_n)]
-                pm = obs[primary]
+                pm = obs[primary[mi]]
                 summary_rows.append({
                     "model": model, "arm": arm, "k": int(k), "method": method, "concepts_total": c_n,
-                    "concepts_eligible": int(primary.sum()),
+                    "concepts_eligible": int(primary[mi].sum()),
                     "concepts_any_seed": int(np.isfinite(obs[:, 0]).sum()),
                     "design_rows": len(design_rows), "eligible_designs": int(n_ok[:, a, ki, mi].sum()),
                     **{m: float(pm[:, col[m]].mean()) if len(pm) else np.nan for m in OUTPUT_METRICS},

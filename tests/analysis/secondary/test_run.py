@@ -181,6 +181,42 @@ def test_rerun_is_byte_identical_and_uses_the_cache(tiny_run):
     assert [p.stat().st_mtime_ns for p in cache] == stamps
 
 
+@pytest.mark.slow
+def test_demo_intervention_design_is_sae_against_dense(tiny_run):
+    """SecondaryConfig.demo()'s design (raybench's): dense and SAE, the matched arm, k = 5; the same estimators."""
+    from raybench.analysis.secondary import calibration_cells
+    from raybench.analysis.secondary.estimators import bootstrap_counts
+    from raybench.analysis.secondary.intervention import intervene_model
+
+    root, cfg, tables = tiny_run
+    demo = dataclasses.replace(SecondaryConfig.demo(), candidate_subsets=SCFG.candidate_subsets,
+                               bootstrap_draws=SCFG.bootstrap_draws, complete_case_train=True)
+    cells = calibration_cells(root, cfg.protocol)
+    model, sub = next(iter(cells[cells["layer"] == cells["n_layers"] - 1].groupby("model")))
+    paper = tables["intervention_contrasts"]
+    counts = bootstrap_counts(len(_test_patients(root, cfg)), 200, 7, 100, "chunked")
+    out = intervene_model(root, cfg.protocol.eval, demo, model, int(sub["layer"].iloc[0]),
+                          [(int(s), d) for s, d in zip(sub["seed"], sub["cell_dir"], strict=True)], counts, (2.5, 97.5),
+                          demo.rotation_seed)
+    con = out["intervention_contrasts"]
+    assert list(con["comparison"].unique()) == ["sae_minus_dense"] and set(con["arm"]) == {"matched"}
+    assert set(con["k"]) == {5} and len(con) == 4
+    assert set(out["intervention"]["method"]) == {"dense", "sae"}
+    same = paper[(paper["model"] == model) & (paper["arm"] == "matched") & (paper["k"] == 5)
+                 & (paper["comparison"] == "sae_minus_dense")].set_index("metric")
+    mine = con.set_index("metric")
+    # the paper design's gate also needs a positive PCA effect, so its eligible concepts are a subset
+    assert (mine["concepts_paired"] >= same.loc[mine.index, "concepts_paired"]).all()
+
+
+def _test_patients(root: Path, cfg) -> tuple[str, ...]:
+    from raybench.cohorts.manifest import load_manifest
+    from raybench.sae.data import evaluation_test_patients
+
+    manifest, info = load_manifest(RunLayout.at(root).manifest)
+    return evaluation_test_patients(manifest, info, cfg.protocol.eval)
+
+
 # ---------------------------------------------------------------- a failed analysis is visible
 
 def test_failed_analysis_leaves_no_stale_outputs_and_fails_the_audit(tmp_path, monkeypatch):
