@@ -304,7 +304,8 @@ for _s in (
             figures=("harmonization*",), optional=True,  # concept-level tests: section harmonization_concepts
             tables=("harmonization", "harmonization_contrasts", "harmonization_rank", "harmonization_concepts")),
     Section("intervention", "Intervention selectivity",
-            "SAE vs dense coordinates: matched target effect, off-target RMS and wrong-behavior index.",
+            "SAE vs dense (and, in the paper design, PCA and random-rotation) coordinates per candidate arm and k: "
+            "matched target effect, off-target RMS and wrong-behavior index; BH per metric over every comparison.",
             figures=("intervention*",), tables=("intervention*",), optional=True),
     Section("protocol", "Protocol", body=_protocol_body),
     Section("provenance", "Provenance", body=_provenance_body),
