@@ -223,7 +223,7 @@ def test_secondary_seeds_are_saved(tmp_path):
     # the published scripts' own bootstrap seeds (docs/protocol.md §9.5)
     assert rec["harmonization_bootstrap"]["stream"] == "published"
     assert rec["harmonization_bootstrap"]["seed"] == 20260715
-    assert rec["intervention_bootstrap"]["seed"] == 20260722
+    assert rec["intervention_bootstrap"]["seed"] == 20260722 and rec["intervention_rotation_seed"] == 20260720
     mimic = read_json(rnd.write_secondary_randomness(tmp_path, paper_protocol(), SecondaryConfig(), "mimic"))
     assert mimic["intervention_bootstrap"]["seed"] == 20260724 and mimic["harmonization_bootstrap"]["seed"] == 20260715
     first = random_directions(6, 3, rec["random_dictionaries"]["seeds"][0])  # re-derivable from the file alone
@@ -231,3 +231,4 @@ def test_secondary_seeds_are_saved(tmp_path):
     demo = read_json(rnd.write_secondary_randomness(tmp_path, demo_protocol(), SecondaryConfig.demo(), "synth"))
     for name in ("harmonization_bootstrap", "intervention_bootstrap"):  # raybench's rule: the run's own draws
         assert demo[name]["stream"] == "chunked" and demo[name]["seed"] == 20240614
+    assert demo["intervention_rotation_seed"] is None  # the demo design has no random rotation
