@@ -93,10 +93,12 @@ def manifest_synth(root: Path, out: Path, rate: str) -> None:
               help="MIMIC-IV hosp/admissions.csv.gz, for the published pool's ICD link.")
 @click.option("--max-records", type=click.IntRange(1), default=100_000, show_default=True,
               help="Pool size (the published protocol: 100,000).")
+@click.option("--rate-concept", type=click.Choice(["heart_rate_bpm", "rr_mean_ms"]), default="heart_rate_bpm",
+              show_default=True, help="heart_rate_bpm: 60000 / RR, the published run's; rr_mean_ms: raybench's.")
 def manifest_mimic(root: Path, out: Path, extractor: str, pool: str, admissions: Path | None,
-                   max_records: int) -> None:
+                   max_records: int, rate_concept: str) -> None:
     """Manifest for MIMIC-IV-ECG (record_list.csv, files/); waveform-derived concepts."""
     from raybench.cohorts.mimic import build_mimic_manifest
 
     _report(build_mimic_manifest(root, out, max_records=max_records, concept_extractor=extractor, record_pool=pool,
-                                 admissions=admissions))
+                                 admissions=admissions, rate_concept=rate_concept))

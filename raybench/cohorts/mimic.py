@@ -35,7 +35,7 @@ from raybench.cohorts.mimic_pool import (
     select_studies,
 )
 from raybench.cohorts.mimic_tables import FS, MEASUREMENTS, N_SAMPLES, read_machine_measurements, read_record_list
-from raybench.cohorts.panel import WAVEFORM_CONCEPTS
+from raybench.cohorts.panel import heart_rate_bpm, mimic_concepts, with_rate_concept
 from raybench.cohorts.split import MIMIC_SPLIT_RULE, mimic_split
 from raybench.cohorts.waveform_concepts import check_extractor, waveform_concept_values
 
@@ -52,16 +52,19 @@ PRIVACY_NOTE = ("aggregate only; manifest.parquet and quarantine.csv hold record
 
 def build_mimic_manifest(root: str | Path, out_dir: str | Path, max_records: int | None = None,
                          num_cpus: int | None = None, concept_extractor: str = "refined",
-                         record_pool: str = "all", admissions: str | Path | None = None) -> Path:
+                         record_pool: str = "all", admissions: str | Path | None = None,
+                         rate_concept: str = "rr_mean_ms") -> Path:
     """Validate the studies, measure the seven concepts, split by subject, standardize; write out_dir.
 
     concept_extractor: refined | published (raybench.cohorts.waveform_concepts); record_pool: all |
-    published, with `admissions` (MIMIC-IV hosp/admissions.csv[.gz]) for the ICD link (mimic_pool).
+    published, with `admissions` (MIMIC-IV hosp/admissions.csv[.gz]) for the ICD link (mimic_pool);
+    rate_concept: rr_mean_ms | heart_rate_bpm (60000 / RR, the published MIMIC run's; raybench.cohorts.panel).
     Writes out_dir/manifest.parquet (ordered by ecg_id = study_id), summary.json (aggregates only) and
     quarantine.csv (ecg_id, path, reason, detail). The manifest and quarantine hold record-level
     identifiers and stay in the user's environment (see module doc). Returns the manifest path.
     """
     check_extractor(concept_extractor)
+    names = mimic_concepts(rate_concept)
     if record_pool not in RECORD_POOLS:
         raise ValueError(f"record_pool must be one of {list(RECORD_POOLS)}, got {record_pool!r}")
     root = Path(root).expanduser().resolve()
@@ -109,25 +112,28 @@ def build_mimic_manifest(root: str | Path, out_dir: str | Path, max_records: int
         notes.append(f"{MEASUREMENTS} not found: no mm_ cross-check columns (concepts are unaffected)")
     if values is None:
         values = waveform_concept_values(root, records, num_cpus, notes, summary, concept_extractor)
+    values = with_rate_concept(values, rate_concept)
 
     def describe(df: pd.DataFrame) -> dict:
         return {"machine_agreement": _agreement(df) if mm is not None else {}}
 
-    return finish_manifest(out_dir, records, root, values, WAVEFORM_CONCEPTS, "waveform", quarantine, notes,
+    return finish_manifest(out_dir, records, root, values, names, "waveform", quarantine, notes,
                            summary, MIMIC_SPLIT_RULE, extra_columns=mm_cols, describe=describe)
 
 
 def _agreement(df: pd.DataFrame) -> dict:
     """Aggregate agreement of waveform concepts with the machine's measurements (median |diff|, n)."""
+    rr = df.get("mm_rr_interval")
     pairs = {
-        "rr_mean_ms": df.get("mm_rr_interval"),
+        "rr_mean_ms": rr,
+        "heart_rate_bpm": None if rr is None else pd.Series(heart_rate_bpm(rr.to_numpy(np.float64)), index=rr.index),
         "qrs_duration_ms": _diff(df, "mm_qrs_end", "mm_qrs_onset"),
         "pr_interval_ms": _diff(df, "mm_qrs_onset", "mm_p_onset"),
         "qt_like_ms": _diff(df, "mm_t_end", "mm_qrs_onset"),
     }
     out = {}
     for name, machine in pairs.items():
-        if machine is None:
+        if machine is None or f"raw_{name}" not in df:
             continue
         d = (df[f"raw_{name}"] - machine).to_numpy(np.float64)
         d = d[np.isfinite(d)]

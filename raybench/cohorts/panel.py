@@ -37,6 +37,34 @@ WAVEFORM_FAMILIES: dict[str, str] = {
 }
 WAVEFORM_CONCEPTS: tuple[str, ...] = tuple(WAVEFORM_FAMILIES)
 
+# The rate concept of a MIMIC-IV-ECG manifest (cohort.rate_concept, docs/protocol.md §4.2): the published MIMIC
+# run used the heart rate derived from the measured RR interval, in rr_mean_ms's place; rr_mean_ms is raybench's.
+RATE_CONCEPTS: tuple[str, ...] = ("heart_rate_bpm", "rr_mean_ms")
+DERIVED_FAMILIES: dict[str, str] = {"heart_rate_bpm": "RATE_RHYTHM"}
+
+
+def heart_rate_bpm(rr_ms: np.ndarray) -> np.ndarray:
+    """60000 / RR (ms) -> beats per minute; NaN where RR is missing or not positive (as published)."""
+    rr = np.asarray(rr_ms, dtype=np.float64)
+    ok = np.isfinite(rr) & (rr > 0)
+    return np.where(ok, 60000.0 / np.where(ok, rr, 1.0), np.nan)
+
+
+def mimic_concepts(rate_concept: str) -> tuple[str, ...]:
+    """The seven MIMIC-IV-ECG concepts, in WAVEFORM_CONCEPTS order with the rate concept in rr_mean_ms's place."""
+    if rate_concept not in RATE_CONCEPTS:
+        raise ValueError(f"rate_concept must be one of {list(RATE_CONCEPTS)}, got {rate_concept!r}")
+    return tuple(rate_concept if c == "rr_mean_ms" else c for c in WAVEFORM_CONCEPTS)
+
+
+def with_rate_concept(values: pd.DataFrame, rate_concept: str) -> pd.DataFrame:
+    """Waveform concept values (WAVEFORM_CONCEPTS columns) -> mimic_concepts(rate_concept) columns."""
+    names = mimic_concepts(rate_concept)
+    out = values.copy()
+    if rate_concept == "heart_rate_bpm":
+        out["heart_rate_bpm"] = heart_rate_bpm(out["rr_mean_ms"].to_numpy(np.float64))
+    return out[list(names)]
+
 
 @dataclass(frozen=True)
 class Concept:
@@ -117,7 +145,10 @@ def family_of(name: str) -> str:
         return _BY_NAME[name].family
     if name in WAVEFORM_FAMILIES:
         return WAVEFORM_FAMILIES[name]
-    raise KeyError(f"unknown concept {name!r}; known: {concept_names()} and {list(WAVEFORM_CONCEPTS)}")
+    if name in DERIVED_FAMILIES:
+        return DERIVED_FAMILIES[name]
+    raise KeyError(f"unknown concept {name!r}; known: {concept_names()}, {list(WAVEFORM_CONCEPTS)} and "
+                   f"{list(DERIVED_FAMILIES)}")
 
 
 def concept_families(names: Sequence[str]) -> list[str]:

@@ -68,6 +68,8 @@ ConceptExtractor = Literal["published", "refined"]
 """MIMIC waveform concept extractor: published (the protocol's code) or refined (raybench's) (§4.3)."""
 RecordPool = Literal["published", "all"]
 """MIMIC record pool: published (ICD-linked, extraction ok, then ranked) or all (ranked) (§2.3)."""
+RateConcept = Literal["heart_rate_bpm", "rr_mean_ms"]
+"""MIMIC rate concept: heart_rate_bpm (60000 / RR, the published run's) or rr_mean_ms (raybench's) (§4.2)."""
 EncoderSize = Literal["demo", "full"]
 """Encoder architecture: demo (small width, seeded init) or full (the published architecture)."""
 Profile = Literal["native", "published"]
@@ -108,6 +110,8 @@ class CohortConfig:
     """mimic only: waveform concept extractor (raybench.cohorts.mimic). Published: published (§4.3)."""
     record_pool: RecordPool = "published"
     """mimic only: which studies enter the pool. Published: published (§2.3)."""
+    rate_concept: RateConcept = "heart_rate_bpm"
+    """mimic only: the rate concept (raybench.cohorts.panel). Published: heart_rate_bpm (§4.2)."""
     admissions: str | None = None
     """mimic only: path of MIMIC-IV hosp/admissions.csv.gz, which the ICD link needs; None: the link is not
     applied (the summary says so)."""

@@ -17,7 +17,7 @@ are those with at least one complete-case test record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -86,6 +86,49 @@ def selection_ecg_ids(manifest: pd.DataFrame, eval_cfg: EvalProtocol) -> np.ndar
         return train_ids
     rng = np.random.default_rng(eval_cfg.selection_seed)
     return np.sort(rng.choice(train_ids, size=eval_cfg.selection_records, replace=False))
+
+
+def complete_case_selection_ecg_ids(manifest: pd.DataFrame, names: tuple[str, ...] | list[str],
+                                    eval_cfg: EvalProtocol) -> np.ndarray:
+    """The selection subset of the published secondary analyses under complete cases (sorted ecg_ids).
+
+    scripts/run_accessibility_calibration_worker.py and run_final_layer_sparse_accessibility_worker.py with
+    --complete-case-concepts first keep the train rows with every concept present, then draw the subset as
+    selection_ecg_ids does, from those rows (docs/protocol.md §9.6).
+    """
+    return selection_ecg_ids(manifest.loc[evaluation_rows(manifest, names, "complete_case")], eval_cfg)
+
+
+def complete_case_train(data: CellData, manifest: pd.DataFrame, eval_cfg: EvalProtocol) -> CellData:
+    """`data` (complete_case) with its train split cut to complete cases and the selection subset redrawn
+    among them (complete_case_selection_ecg_ids); val and test are complete cases already."""
+    if data.missing_concepts != "complete_case" or data.ecg_ids is None:
+        raise ValueError("complete_case_train needs complete_case cell data with its ecg_ids")
+    names = data.concept_names
+    present = pd.Series(evaluation_rows(manifest, names, "complete_case"), index=manifest["ecg_id"].to_numpy())
+    ids = data.ecg_ids["train"]
+    keep = present.loc[ids].to_numpy(bool)
+    if not keep.any():
+        raise ValueError(f"no train record has every concept ({list(names)})")
+    kept = ids[keep]
+    selection_idx = np.flatnonzero(np.isin(kept, complete_case_selection_ecg_ids(manifest, names, eval_cfg)))
+    return replace(data, acts={**data.acts, "train": data.acts["train"][keep]},
+                   concepts={**data.concepts, "train": data.concepts["train"][keep]},
+                   ecg_ids={**data.ecg_ids, "train": kept}, selection_idx=selection_idx, selection_present=None)
+
+
+def load_secondary_data(run_root: str | Path, model: str, layer: int, eval_cfg: EvalProtocol,
+                        complete_cases: bool) -> CellData:
+    """load_cell_data for the secondary analyses: under complete_case with `complete_cases` (the published
+    rule, SecondaryConfig.complete_case_train), complete_case_train; otherwise the atlas's data as it is."""
+    data = load_cell_data(run_root, model, layer, eval_cfg)
+    if not complete_cases or data.missing_concepts != "complete_case":
+        return data
+    from raybench.cohorts.manifest import load_manifest
+    from raybench.core.paths import RunLayout
+
+    manifest, _ = load_manifest(RunLayout.at(run_root).manifest)
+    return complete_case_train(data, manifest, eval_cfg)
 
 
 def test_patients(manifest: pd.DataFrame, rows: np.ndarray | None = None) -> tuple[str, ...]:

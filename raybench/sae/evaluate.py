@@ -7,6 +7,7 @@ a split never materialises an [n, N] matrix.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -63,25 +64,38 @@ class CellEval:
         return {"n": self.patient_n, "sse": self.patient_sse, "sst": self.patient_sst, "corr": self.patient_corr}
 
 
+def normalize_float64(normalizer: Normalizer, x_raw: np.ndarray) -> np.ndarray:
+    """(x - mean) / std in float64 from the float32 inputs and statistics (the exact normalized values)."""
+    mean = np.asarray(normalizer.mean, dtype=np.float64)
+    std = np.asarray(normalizer.std, dtype=np.float64)
+    return (np.asarray(x_raw, dtype=np.float32).astype(np.float64) - mean) / std
+
+
 def encode_split(sae: StackedBatchTopKSAE, normalizer: Normalizer, x_raw: np.ndarray, eval_batch: int,
                  device: str = "cpu") -> SplitCodes:
-    """BatchTopK codes of a split (S=1 SAE) in frozen-order batches, with per-record SSE and SST."""
+    """BatchTopK codes of a split (S=1 SAE) in frozen-order batches, with per-record SSE and SST.
+
+    Computed in float64 from the float32 weights and inputs (docs/protocol.md §6.7): which entries a batch
+    keeps is then decided by the pre-activations' exact values. In float32, entries within ~1e-7 of the
+    batch threshold are ordered by rounding, and when such an entry belongs to a latent that fires on few
+    records the swap moves that latent's |r| by percent and can change the selected coordinate.
+    """
     if sae.n_saes != 1:
         raise ValueError(f"encode_split needs a single SAE (use sae.single(i)), got a stack of {sae.n_saes}")
-    xn = np.asarray(normalizer.apply(np.asarray(x_raw)), dtype=np.float32)
+    xn = normalize_float64(normalizer, x_raw)
     n = xn.shape[0]
     if n == 0:
         raise ValueError("encode_split: empty split")
-    mean = xn.astype(np.float64).mean(axis=0)
-    sst = ((xn.astype(np.float64) - mean) ** 2).sum(axis=1)
+    mean = xn.mean(axis=0)
+    sst = ((xn - mean) ** 2).sum(axis=1)
     rows, cols, vals, sse = [], [], [], np.zeros(n, dtype=np.float64)
-    model = sae.to(device)
+    model = copy.deepcopy(sae).to(device=device, dtype=torch.float64)  # the caller's SAE stays float32
     with torch.no_grad():
         for start in range(0, n, eval_batch):
             xb = torch.from_numpy(xn[start:start + eval_batch]).to(device).unsqueeze(0)
             codes, _ = model.encode(xb, sparse=True)
             x_hat = model.decode(codes)
-            sse[start:start + xb.shape[1]] = (x_hat[0] - xb[0]).double().square().sum(dim=1).cpu().numpy()
+            sse[start:start + xb.shape[1]] = (x_hat[0] - xb[0]).square().sum(dim=1).cpu().numpy()
             v = codes.values[0].cpu().numpy()
             f = codes.flat[0].cpu().numpy()
             pos = v > 0

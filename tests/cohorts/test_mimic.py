@@ -218,3 +218,30 @@ def test_table_problems_raise(tmp_path, edit, message):
 def test_missing_record_list_names_the_fix(tmp_path):
     with pytest.raises(ManifestError, match="record_list.csv"):
         build_mimic_manifest(tmp_path, tmp_path / "out")
+
+
+def test_published_rate_concept_is_heart_rate_from_rr(built, mimic_root, tmp_path):
+    """cohort.rate_concept heart_rate_bpm (the published MIMIC run's, the paper preset's): 60000 / RR in rr_mean_ms's
+    place, RATE_RHYTHM, standardized on train like every concept; the other six concepts are unchanged."""
+    from raybench.cohorts.panel import concept_families, heart_rate_bpm, mimic_concepts
+    from raybench.core.config import CohortConfig
+
+    assert CohortConfig().rate_concept == "heart_rate_bpm"
+    _, rr = built
+    root, _ = mimic_root
+    path = build_mimic_manifest(root, tmp_path / "hr", rate_concept="heart_rate_bpm")
+    hr = pd.read_parquet(path)
+    names = list(mimic_concepts("heart_rate_bpm"))
+    assert names == ["heart_rate_bpm", *WAVEFORM_CONCEPTS[1:]] and "raw_rr_mean_ms" not in hr
+    assert json.loads(pq.read_schema(path).metadata[b"raybench.concepts"]) == names
+    assert concept_families(names)[0] == "RATE_RHYTHM"
+    np.testing.assert_allclose(hr["raw_heart_rate_bpm"], 60000.0 / rr["raw_rr_mean_ms"], rtol=1e-12)
+    train = hr["split"] == "train"
+    raw = hr.loc[train, "raw_heart_rate_bpm"]
+    z = ((hr["raw_heart_rate_bpm"] - raw.mean()) / raw.std(ddof=0)).fillna(0.0).to_numpy(np.float32)
+    assert np.allclose(hr["heart_rate_bpm"].to_numpy(), z, atol=1e-4)
+    for c in WAVEFORM_CONCEPTS[1:]:
+        pd.testing.assert_series_equal(hr[c], rr[c])
+    np.testing.assert_array_equal(heart_rate_bpm(np.array([500.0, 0.0, -3.0, np.nan])), [120.0, np.nan, np.nan, np.nan])
+    summary = json.loads((path.parent / "summary.json").read_text())
+    assert summary["machine_agreement"]["heart_rate_bpm"]["median_abs_diff"] < 3

@@ -461,3 +461,29 @@ def test_bootstrap_statistics_use_complete_cases_only(planted_run):
     fz = _evaluate(load_cell_data(run, MODEL, LAYER, EvalProtocol(missing_concepts="fill_zero")),
                    replace(EvalProtocol(), missing_concepts="fill_zero"))
     assert fz.patient_n.sum() == (df["split"] == "test").sum() > ev.patient_n.sum()
+
+
+def test_secondary_data_under_complete_cases_draws_the_subset_among_complete_train_records(planted_run):
+    """Calibration and intervention (SecondaryConfig.complete_case_train, the published rule): train is cut to
+    complete cases and the selection subset drawn among them; False keeps the atlas's data (docs/protocol.md §9.6)."""
+    from raybench.sae.data import complete_case_selection_ecg_ids, load_secondary_data, selection_ecg_ids
+
+    run, df, planted = planted_run
+    ev = EvalProtocol(selection_records=8)  # fewer than the complete-case train records: a real draw
+    manifest, _ = load_manifest(RunLayout.at(run).manifest)
+    complete = np.isfinite(df[[f"raw_{c}" for c in WAVEFORM_CONCEPTS]].to_numpy()).all(axis=1)
+    train = (df["split"] == "train").to_numpy()
+    assert (train & complete).sum() > 8 and (train & ~complete).any()
+    sec = load_secondary_data(run, MODEL, LAYER, ev, True)
+    np.testing.assert_array_equal(sec.ecg_ids["train"], np.sort(df.loc[train & complete, "ecg_id"].to_numpy()))
+    assert len(sec.acts["train"]) == len(sec.concepts["train"]) == (train & complete).sum()
+    want = complete_case_selection_ecg_ids(manifest, WAVEFORM_CONCEPTS, ev)
+    np.testing.assert_array_equal(sec.ecg_ids["train"][sec.selection_idx], want)
+    assert len(want) == 8 and sec.selection_present is None
+    assert not np.array_equal(want, selection_ecg_ids(manifest, ev))  # the atlas subset is another draw
+    atlas = load_secondary_data(run, MODEL, LAYER, ev, False)
+    plain = load_cell_data(run, MODEL, LAYER, ev)
+    np.testing.assert_array_equal(atlas.selection_idx, plain.selection_idx)
+    assert len(atlas.acts["train"]) == train.sum()
+    for s in ("val", "test"):  # complete cases either way
+        np.testing.assert_array_equal(sec.ecg_ids[s], plain.ecg_ids[s])

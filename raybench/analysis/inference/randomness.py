@@ -10,7 +10,7 @@ reported number can be re-computed from the run folder alone (RunLayout.randomne
     crossed_draws.npz        every crossed draw: depth_idx [draws, D], seed_idx [draws, S] (positions into
                              the depth and seed units listed in randomness.json)
     floor_seeds.csv          per model x depth x E x seed pair: the permutation floor's generator seed
-    secondary.json           seeds of the secondary analyses (random dictionaries, subsets, their bootstrap)
+    secondary.json           seeds of the secondary analyses (random dictionaries, subsets, their bootstraps)
 
 `patient_draws_from_record` and `crossed_draws_from_record` re-derive the draws from randomness.json alone.
 Record-level files (.npy/.npz) are never exported (raybench.app.export refuses them); randomness.json and
@@ -170,9 +170,15 @@ def write_randomness(root: str | Path, protocol: Protocol, ok: pd.DataFrame, sta
     return out
 
 
-def write_secondary_randomness(root: str | Path, protocol: Protocol, scfg: Any) -> Path:
-    """randomness/secondary.json: the seeds of the secondary analyses (scfg: their SecondaryConfig)."""
+def write_secondary_randomness(root: str | Path, protocol: Protocol, scfg: Any, cohort: str) -> Path:
+    """randomness/secondary.json: the seeds of the secondary analyses (scfg: their SecondaryConfig; cohort:
+    cfg.cohort.kind). Each bootstrap's seed is the one its analysis used (docs/protocol.md §9.5)."""
     inf = protocol.inference
+
+    def bootstrap(seed: int) -> dict[str, Any]:
+        return {"stream": inf.stream, "seed": int(seed), "draws": int(scfg.draws(protocol)),
+                "chunk_draws": int(inf.chunk_draws), "generator": GENERATORS[inf.stream]["patient"]}
+
     path = RunLayout.at(root).randomness_dir / "secondary.json"
     write_json(path, {
         "analyses": list(scfg.analyses),
@@ -180,11 +186,13 @@ def write_secondary_randomness(root: str | Path, protocol: Protocol, scfg: Any) 
             "seeds": [int(scfg.random_seed) + i for i in range(int(scfg.random_dictionaries))],
             "generator": "numpy.random.default_rng(seed).normal(size=(N, d)) cast to float32, rows divided by "
                          "their float32 norm (clipped at 1e-8)"},
-        "patient_bootstrap": {"stream": inf.stream, "seed": int(scfg.seed(protocol)),
-                              "draws": int(scfg.draws(protocol)), "chunk_draws": int(inf.chunk_draws),
-                              "generator": GENERATORS[inf.stream]["patient"]},
+        "harmonization_bootstrap": bootstrap(scfg.harmonization_bootstrap_seed(protocol)),
+        "intervention_bootstrap": bootstrap(scfg.intervention_bootstrap_seed(protocol, cohort)),
         "harmonization_subset_seed": int(scfg.harmonization_subset_seed),
         "intervention_subset_seed": int(scfg.subset_seed),
+        # the random rotation of model i (sorted run models), when the design holds that method (§9.4)
+        "intervention_rotation_seed": int(scfg.rotation_seed) if "random_rotation" in scfg.intervention_methods
+        else None,
     })
     return path
 

@@ -30,7 +30,8 @@ class SecondaryConfig:
     """Settings of the secondary analyses that raybench.core.config does not hold (protocol defaults).
 
     None for draws / seeds means "take protocol.inference's" so the secondary bootstraps reuse the run's
-    patient draws.
+    patient draws (raybench's rule, the demo preset). The defaults are the published scripts' own bootstrap
+    seeds, one per analysis (docs/protocol.md §9.5); this class is their one owner.
     """
 
     analyses: tuple[str, ...] = ANALYSES
@@ -48,16 +49,26 @@ class SecondaryConfig:
     harmonization_subset_seed: int = 20240615
     # intervention
     readout_alphas: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0)
-    intervention_k: int = 5
+    intervention_ks: tuple[int, ...] = (1, 5)  # coordinates clamped per concept (published: 1 and 5)
+    intervention_methods: tuple[str, ...] = ("dense", "pca", "sae", "random_rotation")  # published order
+    intervention_arms: tuple[str, ...] = ("matched", "full")  # SAE candidates: a subset of d latents / all
+    rotation_seed: int = 20260720  # the random rotation of model i (sorted models) uses rotation_seed + i
     high_quantile: float = 0.75
     effect_cap: float = 0.25
     effect_floor: float = 0.05
     max_dose: float = 1.0
     candidate_subsets: int = 20
     subset_seed: int = 960000
+    # under eval.missing_concepts complete_case: True (published) fits and selects calibration and intervention on
+    # the complete-case train records, with the selection subset drawn among them; False (raybench's) reuses the
+    # atlas's train split and selection subset, missing concepts at 0 (docs/protocol.md §9.6)
+    complete_case_train: bool = True
     # inference
     bootstrap_draws: int | None = None  # None: protocol.inference.patient_draws
-    bootstrap_seed: int | None = None  # None: protocol.inference.seed
+    # patient-bootstrap seeds; None: protocol.inference.seed (docs/protocol.md §9.5)
+    harmonization_seed: int | None = 20260715  # published input-harmonization evaluation
+    intervention_seed: int | None = 20260722  # published matched-effect bootstrap (PTB-XL and other cohorts)
+    mimic_intervention_seed: int | None = 20260724  # published MIMIC-IV-ECG matched-effect bootstrap
 
     def validate(self) -> SecondaryConfig:
         unknown = [a for a in self.analyses if a not in ANALYSES]
@@ -69,8 +80,15 @@ class SecondaryConfig:
                              f"got {list(self.harmonization_protocols)}")
         if self.ridge_alpha <= 0 or any(a <= 0 for a in self.readout_alphas):
             raise ValueError("ridge alphas must be > 0")
-        if self.random_dictionaries < 1 or self.candidate_subsets < 1 or self.intervention_k < 1:
-            raise ValueError("random_dictionaries, candidate_subsets and intervention_k must be >= 1")
+        if self.random_dictionaries < 1 or self.candidate_subsets < 1 or min(self.intervention_ks, default=0) < 1:
+            raise ValueError("random_dictionaries, candidate_subsets and intervention_ks must be >= 1")
+        methods = ("dense", "pca", "sae", "random_rotation")
+        if not {"dense", "sae"} <= set(self.intervention_methods) or \
+                tuple(m for m in methods if m in self.intervention_methods) != self.intervention_methods:
+            raise ValueError(f"intervention_methods must hold dense and sae, in the order {methods}, "
+                             f"got {list(self.intervention_methods)}")
+        if not self.intervention_arms or not set(self.intervention_arms) <= {"matched", "full"}:
+            raise ValueError(f"intervention_arms must be matched and/or full, got {list(self.intervention_arms)}")
         if not 0 < self.effect_floor <= self.effect_cap or self.max_dose <= 0:
             raise ValueError("need 0 < effect_floor <= effect_cap and max_dose > 0")
         for name in ("harmonization_train_records", "harmonization_test_patients"):
@@ -82,14 +100,25 @@ class SecondaryConfig:
 
     @classmethod
     def demo(cls) -> SecondaryConfig:
-        """Laptop-sized: re-encoding is the only costly part, so only its record counts shrink."""
-        return cls(harmonization_train_records=96, harmonization_test_patients=32)
+        """Laptop-sized: re-encoding is the only costly part, so only its record counts shrink. The secondary
+        bootstraps reuse the run's patient draws (protocol.inference.seed), the ladder and interventions the
+        atlas's selection subset, and the interventions compare SAE and dense coordinates only (k = 5, subsets
+        of d latents): raybench's rules."""
+        return cls(harmonization_train_records=96, harmonization_test_patients=32, harmonization_seed=None,
+                   intervention_seed=None, mimic_intervention_seed=None, complete_case_train=False,
+                   intervention_ks=(5,), intervention_methods=("dense", "sae"), intervention_arms=("matched",))
 
     def draws(self, protocol: Protocol) -> int:
         return self.bootstrap_draws or protocol.inference.patient_draws
 
-    def seed(self, protocol: Protocol) -> int:
-        return protocol.inference.seed if self.bootstrap_seed is None else self.bootstrap_seed
+    def harmonization_bootstrap_seed(self, protocol: Protocol) -> int:
+        """Seed of the harmonization patient bootstrap."""
+        return protocol.inference.seed if self.harmonization_seed is None else self.harmonization_seed
+
+    def intervention_bootstrap_seed(self, protocol: Protocol, cohort: str) -> int:
+        """Seed of the intervention patient bootstrap: the published MIMIC run had its own (cohort: cohort.kind)."""
+        seed = self.mimic_intervention_seed if cohort == "mimic" else self.intervention_seed
+        return protocol.inference.seed if seed is None else seed
 
 
 def calibration_cells(root: str | Path, protocol: Protocol, expansion: int | None = None) -> pd.DataFrame:

@@ -87,10 +87,10 @@ def calibrate_block(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     import torch
 
     from raybench.sae.cell_files import load_cell_sae
-    from raybench.sae.data import load_cell_data
+    from raybench.sae.data import load_secondary_data
 
     torch.set_num_threads(1)
-    data = load_cell_data(root, model, layer, eval_cfg)
+    data = load_secondary_data(root, model, layer, eval_cfg, scfg.complete_case_train)
     names = data.concept_names
     if not names:
         raise ValueError(f"{model} layer {layer}: the manifest has no concepts; the calibration ladder needs them")

@@ -40,7 +40,10 @@ def draw_secondary_figures(inp: RenderInputs) -> list[Path]:
         written += harmonization_figure(t["harmonization"], tuple(p for p in HARMONIZATION_PROTOCOLS if p in present),
                                         layout.figures_dir)
     if "intervention" in t and "intervention_contrasts" in t:
-        written += intervention_figure(t, layout.figures_dir)
+        summary = t["intervention"]  # one design drawn: the matched candidate arm when run, at the largest k
+        arms = set(summary["arm"].astype(str)) if "arm" in summary else {"matched"}
+        k = int(summary["k"].max()) if "k" in summary and len(summary) else 5
+        written += intervention_figure(t, layout.figures_dir, "matched" if "matched" in arms else "full", k)
     return written
 
 
@@ -109,12 +112,15 @@ def harmonization_figure(summary: pd.DataFrame, protocols: tuple[str, ...], out:
         return save_figure(fig, out, "harmonization_final_layer")
 
 
-def intervention_figure(tables: dict[str, pd.DataFrame], out: Path) -> list[Path]:
+def intervention_figure(tables: dict[str, pd.DataFrame], out: Path, arm: str, k: int) -> list[Path]:
+    """SAE - dense at one design (arm, k): off-target RMS and WBI differences, and the gate and selectivity."""
     import matplotlib
     from matplotlib.figure import Figure
 
     con = tables["intervention_contrasts"]
+    con = con[(con["arm"] == arm) & (con["k"] == k) & (con["comparison"] == "sae_minus_dense")]
     summary = tables["intervention"]
+    summary = summary[(summary["arm"] == arm) & (summary["k"] == k)]
     models = sorted(summary["model"].unique())
     y = np.arange(len(models))
     with matplotlib.rc_context(RC):
@@ -126,7 +132,7 @@ def intervention_figure(tables: dict[str, pd.DataFrame], out: Path) -> list[Path
             lo, hi = rows["ci_low"].to_numpy(dtype=float), rows["ci_high"].to_numpy(dtype=float)
             ax.errorbar(v, y, xerr=[np.abs(v - lo), np.abs(hi - v)], fmt="o", color="#E45756", capsize=3)
             ax.axvline(0, color="0.3", lw=0.8, ls="--")
-            ax.set_title(title)
+            ax.set_title(f"{title} ({arm}, k = {k})")
             ax.set_xlabel("SAE − dense")
             ax.set_yticks(y, [model_label(m) for m in models])
             ax.invert_yaxis()

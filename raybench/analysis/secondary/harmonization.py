@@ -298,7 +298,7 @@ def run_harmonization(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg
         concepts[model] = (by_id.loc[sel_m, list(names)].to_numpy(np.float64),
                            by_id.loc[te_m, list(names)].to_numpy(np.float64))
         codes[model] = np.array([code_of[str(p)] for p in by_id.loc[te_m, "patient_id"]], dtype=np.int64)
-    counts = bootstrap_counts(len(patients), scfg.draws(protocol), scfg.seed(protocol),
+    counts = bootstrap_counts(len(patients), scfg.draws(protocol), scfg.harmonization_bootstrap_seed(protocol),
                               protocol.inference.chunk_draws, protocol.inference.stream)
     tables = harmonization_tables(feats, concepts, codes, names, layers, counts, protocol.eval.coverage_threshold,
                                   (protocol.inference.ci_low, protocol.inference.ci_high))

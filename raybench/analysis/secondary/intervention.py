@@ -1,17 +1,20 @@
-"""Intervention selectivity at the final layer: moving SAE coordinates vs dense coordinates to the same
-validation-matched change of a concept readout, which one disturbs the other concepts less?
+"""Intervention selectivity at the final layer: moving SAE coordinates vs dense (and PCA, random-rotation)
+coordinates to the same validation-matched change of a concept readout, which one disturbs the other
+concepts less? (docs/protocol.md §9.4, the published scripts/run_final_layer_matched_effect_worker.py design)
 
 Per model (E = calibration expansion cells, every seed): linear readouts of all concepts are ridge fits on
-the normalized dense train state (alpha per concept chosen on validation). Per concept, the top-k
-train-ranked coordinates (dense; SAE among a fixed random candidate subset of d latents, one of R subsets)
-are clamped to their centroid over the train records in the concept's top quartile; the change is mapped
-to the dense state (identity / SAE decoder columns) and through the readouts. The dose of each arm is set
-so the mean validation target change equals min(cap, each arm's full-clamp effect) (dose <= 1); a concept
-whose full-clamp effect is not positive for both arms, or whose common effect is below the floor, fails the
-gate in that design. On test: target change, cross-family off-target RMS, all off-target RMS, state L2 and
-the wrong-behavior index WBI = off-target RMS / |target change|, averaged over eligible subsets and seeds.
-Paired patient bootstrap of SAE - dense over the concepts eligible in every seed, BH across models per
-metric. Ineligible concepts stay in the denominator of the selective-concept fraction.
+the normalized dense train state (alpha per concept chosen on validation). Per concept and k, the top-k
+train-ranked coordinates of each method (dense; PCA of the train state; a random rotation; SAE among a
+candidate arm: `matched`, one of R random subsets of d latents, or `full`, every latent) are clamped to
+their centroid over the train records in the concept's top quartile; the change is mapped to the dense
+state (identity / components / rotation / SAE decoder columns) and through the readouts. The common effect
+is min(cap, each of dense, PCA and SAE's full-clamp effect); each method's dose matches it (the random
+rotation is left out of a design where it would need a dose above max_dose); a design whose dense, PCA or
+SAE effect is not positive, or whose common effect is below the floor, fails the gate. On test: target
+change, cross-family and all off-target RMS, state L2 and the wrong-behavior index WBI = off-target RMS /
+|target change|, averaged over eligible subsets and then seeds. Paired patient bootstrap of SAE minus each
+other method over the concepts eligible in every seed, BH per metric over every model x arm x k x
+comparison (intervention_stats.py). Ineligible concepts stay in the denominator of the selective fraction.
 """
 
 from __future__ import annotations
@@ -31,13 +34,19 @@ from raybench.analysis.secondary.estimators import (
     rank_features,
     sae_codes,
 )
+from raybench.analysis.secondary.intervention_stats import (
+    OUTPUT_METRICS,
+    bh_family,
+    observed_and_draws,
+    paired_contrasts,
+    seed_average,
+)
 from raybench.analysis.secondary.matched_effect import (
     RECORD_METRICS,
     UnitIntervention,
     centroid_intervention,
     common_effect,
     record_metrics,
-    wrong_behavior_index,
 )
 from raybench.analysis.secondary.ridge import ridge_readout
 from raybench.cohorts.panel import concept_families
@@ -46,8 +55,10 @@ from raybench.core.sufficient_stats import per_patient_sums
 
 log = logging.getLogger(__name__)
 
-METHODS = ("dense", "sae")
-INFERENCE_METRICS = ("off_cross_rms", "wbi_cross", "off_all_rms", "activation_l2")
+METHODS = ("dense", "pca", "sae", "random_rotation")  # the published order of the method axis
+COMMON_METHODS = ("dense", "pca", "sae")  # the methods whose effects set the common effect (published)
+ARMS = ("matched", "full")  # SAE candidates: a random subset of d latents (one of R), or every latent
+COMPARISONS = (("sae", "dense"), ("sae", "pca"), ("sae", "random_rotation"))
 
 
 def candidate_subsets(n_latents: int, budget: int, count: int, seed: int) -> list[np.ndarray]:
@@ -58,24 +69,57 @@ def candidate_subsets(n_latents: int, budget: int, count: int, seed: int) -> lis
             for r in range(count)]
 
 
+def pca_basis(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean [d], components [p, d]) of the normalized train state: coordinates (x - mean) @ components.T."""
+    mean = x_train.mean(axis=0)
+    _, _, vt = np.linalg.svd(x_train - mean, full_matrices=False)
+    return mean, vt
+
+
+def random_rotation(d: int, seed: int) -> np.ndarray:
+    """A random orthogonal [d, d] (QR of a Gaussian matrix, the published construction): coordinates x @ Q."""
+    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(d, d)))
+    return q
+
+
+def baseline_representations(x: dict[str, np.ndarray], methods: tuple[str, ...], rotation_seed: int
+                             ) -> dict[str, tuple[dict[str, np.ndarray], np.ndarray]]:
+    """{method: ({split: coordinates}, basis rows [p, d] mapping a coordinate change to the dense state)}."""
+    out = {"dense": (x, np.eye(x["train"].shape[1]))}
+    if "pca" in methods:
+        mean, comp = pca_basis(x["train"])
+        out["pca"] = ({s: (v - mean) @ comp.T for s, v in x.items()}, comp)
+    if "random_rotation" in methods:
+        q = random_rotation(x["train"].shape[1], rotation_seed)
+        out["random_rotation"] = ({s: v @ q for s, v in x.items()}, q.T)
+    return {m: out[m] for m in methods if m != "sae"}
+
+
 def _unit(train: Matrix, val: Matrix, test: Matrix, y_col: np.ndarray, basis: np.ndarray, coef: np.ndarray,
           cols: np.ndarray, q: float) -> UnitIntervention:
     return centroid_intervention(gather_columns(train, cols), y_col, gather_columns(val, cols),
                                  gather_columns(test, cols), basis[cols], coef, cols, q)
 
 
+def _dose(method: str, common: float, effect: float, max_dose: float) -> float | None:
+    """The method's dose at the common effect, None where it cannot reach it (only outside COMMON_METHODS)."""
+    if not np.isfinite(effect) or effect <= 0:
+        return None
+    dose = common / effect
+    return None if method not in COMMON_METHODS and dose > max_dose + 1e-10 else dose
+
+
 def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryConfig, model: str, layer: int,
-                    cells: list[tuple[int, str]], counts: np.ndarray, ci: tuple[float, float]
-                    ) -> dict[str, pd.DataFrame]:
-    """All designs of one model (seeds x candidate subsets x concepts) and its paired bootstrap."""
+                    cells: list[tuple[int, str]], counts: np.ndarray, ci: tuple[float, float],
+                    rotation_seed: int) -> dict[str, pd.DataFrame]:
+    """All designs of one model (seeds x candidate arms x k x concepts x methods) and its paired bootstrap."""
     import torch
 
-    from raybench.analysis.inference.stats import paired_p
     from raybench.sae.cell_files import load_cell_sae
-    from raybench.sae.data import load_cell_data
+    from raybench.sae.data import load_secondary_data
 
     torch.set_num_threads(1)
-    data = load_cell_data(root, model, layer, eval_cfg)
+    data = load_secondary_data(root, model, layer, eval_cfg, scfg.complete_case_train)
     names = data.concept_names
     fams = concept_families(names)
     c_n = len(names)
@@ -86,120 +130,103 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     y = {s: data.concepts[s].astype(np.float64) for s in ("train", "val", "test")}
     sel = data.selection_idx
     readout = ridge_readout(x["train"], y["train"], x["val"], y["val"], scfg.readout_alphas)
-    k, d = scfg.intervention_k, x["train"].shape[1]
+    methods = scfg.intervention_methods
+    arms, ks, d = scfg.intervention_arms, scfg.intervention_ks, x["train"].shape[1]
     p_n = len(data.test_patients)
     codes = data.test_patient_codes
     n_per_patient = np.bincount(codes, minlength=p_n).astype(np.float64)
 
-    dense_rank = rank_features(feature_concept_corr(x["train"][sel], y["train"][sel]))[:k]
-    eye = np.eye(d)
-    dense_units = [_unit(x["train"], x["val"], x["test"], y["train"][:, c], eye, readout.coef, dense_rank[:, c],
-                         scfg.high_quantile) for c in range(c_n)]
-    dense_base = [per_patient_sums(codes, p_n, record_metrics(u, c, fams, 1.0)) for c, u in enumerate(dense_units)]
+    def patient_means(unit: UnitIntervention, c: int, dose: float) -> np.ndarray:
+        return per_patient_sums(codes, p_n, record_metrics(unit, c, fams, dose)) / n_per_patient[:, None]
+
+    base_units: dict[tuple[str, int, int], UnitIntervention] = {}
+    for method, (rep, basis) in baseline_representations(x, methods, rotation_seed).items():
+        ranking = rank_features(feature_concept_corr(rep["train"][sel], y["train"][sel]))
+        for k in ks:
+            for c in range(c_n):
+                base_units[(method, k, c)] = _unit(rep["train"], rep["val"], rep["test"], y["train"][:, c], basis,
+                                                   readout.coef, ranking[:k, c], scfg.high_quantile)
     seeds = [s for s, _ in cells]
-    sums = np.zeros((len(seeds), 2, c_n, p_n, len(RECORD_METRICS)))
-    n_ok = np.zeros((len(seeds), c_n), dtype=np.int64)
-    effect = np.zeros((len(seeds), c_n))
+    shape = (len(seeds), len(arms), len(ks), len(methods), c_n)
+    sums = np.zeros((*shape, p_n, len(RECORD_METRICS)))
+    n_ok = np.zeros(shape, dtype=np.int64)
+    effect = np.zeros(shape)
     design_rows = []
     for si, (seed, cell_dir) in enumerate(cells):
         sae, nrm = load_cell_sae(cell_dir)
         # column access (the clamped coordinates) is what the designs below do most: CSC
         z = {s: sae_codes(sae, nrm, data.acts[s], eval_cfg.eval_batch).tocsc() for s in ("train", "val", "test")}
-        z_sel = sae_codes(sae, nrm, data.acts["train"][sel], eval_cfg.eval_batch)
-        corr = feature_concept_corr(z_sel, y["train"][sel])
+        corr = feature_concept_corr(sae_codes(sae, nrm, data.acts["train"][sel], eval_cfg.eval_batch),
+                                    y["train"][sel])
         basis = sae.W_dec_t[0].detach().cpu().numpy().astype(np.float64)  # [N, d]: decoder column j as row j
-        for r, cand in enumerate(candidate_subsets(sae.n_latents, d, scfg.candidate_subsets, scfg.subset_seed)):
-            ranking = rank_features(corr, cand)[:k]
-            for c in range(c_n):
-                unit = _unit(z["train"], z["val"], z["test"], y["train"][:, c], basis, readout.coef, ranking[:, c],
-                             scfg.high_quantile)
-                eff = {"dense": dense_units[c].val_effect(c), "sae": unit.val_effect(c)}
-                common, status = common_effect(eff, scfg.effect_cap, scfg.effect_floor, scfg.max_dose)
-                row = {"model": model, "seed": seed, "subset": r, "concept": names[c], "family": fams[c],
-                       "status": status, "common_effect": common, "dense_unit_effect": eff["dense"],
-                       "sae_unit_effect": eff["sae"], "dense_dose": np.nan, "sae_dose": np.nan}
-                if status == "eligible":
-                    dose = {m: common / eff[m] for m in METHODS}
-                    row.update(dense_dose=dose["dense"], sae_dose=dose["sae"])
-                    sums[si, 0, c] += dose["dense"] * dense_base[c]
-                    sums[si, 1, c] += per_patient_sums(codes, p_n, record_metrics(unit, c, fams, dose["sae"]))
-                    n_ok[si, c] += 1
-                    effect[si, c] += common
-                design_rows.append(row)
-    seed_ok = n_ok > 0  # [S, C]
-    per_seed = np.where(seed_ok[:, None, :, None, None], sums / np.maximum(n_ok, 1)[:, None, :, None, None], 0.0)
-    n_seeds_ok = seed_ok.sum(axis=0)  # [C]
-    avg = per_seed.sum(axis=0) / np.maximum(n_seeds_ok, 1)[None, :, None, None]  # [2, C, P, 4]
-    matched = np.where(n_seeds_ok > 0, (effect / np.maximum(n_ok, 1)).sum(axis=0) / np.maximum(n_seeds_ok, 1),
-                       np.nan)
-    primary = n_seeds_ok == len(seeds)
-
-    def means(w: np.ndarray) -> np.ndarray:
-        """Record-weighted means [D, 2, C, 4] under patient weights w [D, P]."""
-        num = np.einsum("dp,mcpk->dmck", w, avg)
-        return num / (w @ n_per_patient)[:, None, None, None]
-
-    point = means(np.ones((1, p_n)))[0]  # [2, C, 4]
-    draws = means(np.asarray(counts, dtype=np.float64))
-    concept_rows = []
-    for mi, method in enumerate(METHODS):
-        for c in range(c_n):
-            t, cross, allr, l2 = point[mi, c]
-            concept_rows.append({"model": model, "concept": names[c], "family": fams[c], "method": method,
-                                 "seeds_eligible": int(n_seeds_ok[c]), "primary_eligible": bool(primary[c]),
-                                 "matched_effect": matched[c], "target_delta": t if n_seeds_ok[c] else np.nan,
-                                 "off_cross_rms": cross if n_seeds_ok[c] else np.nan,
-                                 "off_all_rms": allr if n_seeds_ok[c] else np.nan,
-                                 "activation_l2": l2 if n_seeds_ok[c] else np.nan,
-                                 "wbi_cross": float(wrong_behavior_index(t, cross)) if n_seeds_ok[c] else np.nan})
-    concepts = pd.DataFrame(concept_rows)
-    wbi_point = wrong_behavior_index(point[:, :, 0], point[:, :, 1])  # [2, C]
-    selective = primary & (wbi_point[1] < wbi_point[0])
-    summary_rows = []
-    for mi, method in enumerate(METHODS):
-        pm = point[mi, primary]
-        summary_rows.append({
-            "model": model, "method": method, "concepts_total": c_n, "concepts_eligible": int(primary.sum()),
-            "concepts_any_seed": int((n_seeds_ok > 0).sum()),
-            "design_rows": len(design_rows), "eligible_designs": int(n_ok.sum()),
-            "target_delta": float(pm[:, 0].mean()) if len(pm) else np.nan,
-            "target_retention": float((pm[:, 0] / matched[primary]).mean()) if len(pm) else np.nan,
-            "off_cross_rms": float(pm[:, 1].mean()) if len(pm) else np.nan,
-            "off_all_rms": float(pm[:, 2].mean()) if len(pm) else np.nan,
-            "activation_l2": float(pm[:, 3].mean()) if len(pm) else np.nan,
-            "wbi_cross": float(wbi_point[mi, primary].mean()) if len(pm) else np.nan,
-            "sae_selective_concepts": int(selective.sum()),
-            "sae_selective_fraction": float(selective.sum() / c_n),
-        })
-    contrast_rows = []
-    metric_index = {m: i for i, m in enumerate(RECORD_METRICS)}
-    for metric in INFERENCE_METRICS:
-        if not primary.any():
-            obs, diff = np.nan, np.full(draws.shape[0], np.nan)
-        elif metric == "wbi_cross":
-            obs = float((wbi_point[1, primary] - wbi_point[0, primary]).mean())
-            wd = wrong_behavior_index(draws[:, :, :, 0], draws[:, :, :, 1])  # [D, 2, C]
-            diff = (wd[:, 1, primary] - wd[:, 0, primary]).mean(axis=1)
-        else:
-            j = metric_index[metric]
-            obs = float((point[1, primary, j] - point[0, primary, j]).mean())
-            diff = (draws[:, 1, primary, j] - draws[:, 0, primary, j]).mean(axis=1)
-        finite = diff[np.isfinite(diff)]
-        contrast_rows.append({"model": model, "comparison": "sae_minus_dense", "metric": metric,
-                              "concepts_paired": int(primary.sum()), "delta": obs,
-                              "ci_low": float(np.percentile(finite, ci[0])) if finite.size else np.nan,
-                              "ci_high": float(np.percentile(finite, ci[1])) if finite.size else np.nan,
-                              "p_value": paired_p(finite) if finite.size else np.nan,
-                              "n_draws": int(finite.size)})
-    return {"intervention": pd.DataFrame(summary_rows), "intervention_contrasts": pd.DataFrame(contrast_rows),
-            "intervention_concepts": concepts, "intervention_designs": pd.DataFrame(design_rows)}
+        designs = [(a, r, cand) for a, arm in enumerate(arms)
+                   for r, cand in (enumerate(candidate_subsets(sae.n_latents, d, scfg.candidate_subsets,
+                                                               scfg.subset_seed)) if arm == "matched"
+                                   else [(-1, np.arange(sae.n_latents))])]
+        for a, r, cand in designs:
+            ranking = rank_features(corr, cand)
+            for ki, k in enumerate(ks):
+                for c in range(c_n):
+                    units = {m: base_units[(m, k, c)] for m in methods if m != "sae"}
+                    units["sae"] = _unit(z["train"], z["val"], z["test"], y["train"][:, c], basis, readout.coef,
+                                         ranking[:k, c], scfg.high_quantile)
+                    eff = {m: units[m].val_effect(c) for m in methods}
+                    common, status = common_effect({m: eff[m] for m in methods if m in COMMON_METHODS},
+                                                   scfg.effect_cap, scfg.effect_floor, scfg.max_dose)
+                    row = {"model": model, "seed": seed, "arm": arms[a], "subset": r, "k": int(k),
+                           "concept": names[c], "family": fams[c], "status": status, "common_effect": common}
+                    for mi, m in enumerate(methods):
+                        dose = _dose(m, common, eff[m], scfg.max_dose) if status == "eligible" else None
+                        row[f"{m}_unit_effect"], row[f"{m}_dose"] = eff[m], np.nan if dose is None else dose
+                        if dose is not None:
+                            sums[si, a, ki, mi, c] += patient_means(units[m], c, dose)
+                            n_ok[si, a, ki, mi, c] += 1
+                            effect[si, a, ki, mi, c] += common
+                    design_rows.append(row)
+    sums /= np.maximum(n_ok, 1)[..., None, None]  # in place: [S, A, K, M, C, P, 4] is the largest array here
+    sums[n_ok == 0] = np.nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        seed_effect = np.where(n_ok > 0, effect / n_ok, np.nan)
+    avg, seeds_ok, matched = seed_average(sums, seed_effect)
+    observed, draws = observed_and_draws(avg, matched, n_per_patient, counts)
+    contrasts = paired_contrasts(observed, draws, seeds_ok, len(seeds), arms, ks, methods,
+                                 [c for c in COMPARISONS if set(c) <= set(methods)], ci)
+    contrasts.insert(0, "model", model)
+    col = {m: i for i, m in enumerate(OUTPUT_METRICS)}
+    concept_rows, summary_rows = [], []
+    for a, arm in enumerate(arms):
+        for ki, k in enumerate(ks):
+            # per method: eligible in every seed (the published all-seeds profile)
+            primary = (seeds_ok[a, ki] == len(seeds)) & np.isfinite(observed[a, ki, :, :, 0])  # [M, C]
+            sae, dense = methods.index("sae"), methods.index("dense")
+            wbi = observed[a, ki, :, :, col["wbi_cross"]]  # [M, C]
+            selective = primary[sae] & primary[dense] & (wbi[sae] < wbi[dense])  # SAE more selective than dense
+            for mi, method in enumerate(methods):
+                obs = observed[a, ki, mi]
+                concept_rows += [{"model": model, "arm": arm, "k": int(k), "concept": names[c], "family": fams[c],
+                                  "method": method, "seeds_eligible": int(seeds_ok[a, ki, mi, c]),
+                                  "primary_eligible": bool(primary[mi, c]), "matched_effect": matched[a, ki, mi, c],
+                                  **{m: obs[c, col[m]] for m in OUTPUT_METRICS}} for c in range(c_n)]
+                pm = obs[primary[mi]]
+                summary_rows.append({
+                    "model": model, "arm": arm, "k": int(k), "method": method, "concepts_total": c_n,
+                    "concepts_eligible": int(primary[mi].sum()),
+                    "concepts_any_seed": int(np.isfinite(obs[:, 0]).sum()),
+                    "design_rows": len(design_rows), "eligible_designs": int(n_ok[:, a, ki, mi].sum()),
+                    **{m: float(pm[:, col[m]].mean()) if len(pm) else np.nan for m in OUTPUT_METRICS},
+                    "sae_selective_concepts": int(selective.sum()),
+                    "sae_selective_fraction": float(selective.sum() / c_n),
+                })
+    return {"intervention": pd.DataFrame(summary_rows), "intervention_contrasts": contrasts,
+            "intervention_concepts": pd.DataFrame(concept_rows), "intervention_designs": pd.DataFrame(design_rows)}
 
 
-def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig) -> dict[str, pd.DataFrame]:
-    """One Ray task per model at its final layer; BH across models per metric; tables + figure."""
+def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig, cohort: str
+                     ) -> dict[str, pd.DataFrame]:
+    """One Ray task per model at its final layer; BH per metric over every contrast row (bh_family); tables +
+    figure. cohort: cfg.cohort.kind (the published MIMIC run's bootstrap had its own seed)."""
     import ray
 
-    from raybench.analysis.inference.stats import benjamini_hochberg
     from raybench.analysis.secondary import calibration_cells
     from raybench.core.atomic import write_table
     from raybench.core.paths import RunLayout
@@ -216,20 +243,18 @@ def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig
 
     manifest, info = load_manifest(layout.manifest)  # test patients as load_cell_data has them (missing concepts)
     counts = ray.put(bootstrap_counts(len(evaluation_test_patients(manifest, info, protocol.eval)),
-                                      scfg.draws(protocol), scfg.seed(protocol),
+                                      scfg.draws(protocol), scfg.intervention_bootstrap_seed(protocol, cohort),
                                       protocol.inference.chunk_draws, protocol.inference.stream))
     task = ray.remote(num_cpus=1)(intervene_model)
     ci = (protocol.inference.ci_low, protocol.inference.ci_high)
     refs = []
-    for (model, layer), sub in cells.groupby(["model", "layer"], sort=True):
+    for i, ((model, layer), sub) in enumerate(cells.groupby(["model", "layer"], sort=True)):
         units = [(int(s), d) for s, d in zip(sub["seed"], sub["cell_dir"], strict=True)]
-        refs.append(task.remote(str(layout.root), protocol.eval, scfg, model, int(layer), units, counts, ci))
+        refs.append(task.remote(str(layout.root), protocol.eval, scfg, model, int(layer), units, counts, ci,
+                                scfg.rotation_seed + i))
     parts = ray.get(refs)
     tables = {name: pd.concat([p[name] for p in parts], ignore_index=True) for name in parts[0]}
-    con = tables["intervention_contrasts"]
-    con["q_value_bh"] = np.nan
-    for _, idx in con.groupby("metric").groups.items():
-        con.loc[idx, "q_value_bh"] = benjamini_hochberg(con.loc[idx, "p_value"].to_numpy())
+    tables["intervention_contrasts"]["q_value_bh"] = bh_family(tables["intervention_contrasts"])
     for name, df in tables.items():
         write_table(layout.tables_dir / f"{name}.parquet", df)
     return tables

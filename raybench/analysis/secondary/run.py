@@ -45,12 +45,12 @@ def run_secondary(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg: Se
     scfg.validate()
     from raybench.analysis.inference.randomness import write_secondary_randomness
 
-    write_secondary_randomness(root, protocol, scfg)  # randomness/secondary.json: the seeds used below
+    write_secondary_randomness(root, protocol, scfg, cfg.cohort.kind)  # randomness/secondary.json: the seeds below
     init_ray(cfg.resources)
     steps = {
         "calibration": lambda: run_calibration(root, protocol, scfg),
         "harmonization": lambda: run_harmonization(root, protocol, cfg, scfg),
-        "intervention": lambda: run_intervention(root, protocol, scfg),
+        "intervention": lambda: run_intervention(root, protocol, scfg, cfg.cohort.kind),
     }
     out: dict[str, pd.DataFrame] = {}
     # failures of analyses not run this time stay on record (their old outputs were not touched either)

@@ -40,6 +40,7 @@ SECTIONS = (
            body=harmonization_concepts_body, tables=("harmonization_concept_contrasts",), optional=True,
            claims=("harmonization_concept_contrasts",), needs=("harmonization_concept_contrasts",)),
     Section("intervention", "Intervention selectivity",
-            "SAE vs dense coordinates: matched target effect, off-target RMS and wrong-behavior index.",
+            "SAE vs dense (and, in the paper design, PCA and random-rotation) coordinates per candidate arm and k: "
+            "matched target effect, off-target RMS and wrong-behavior index; BH per metric over every comparison.",
             figures=("intervention*",), tables=("intervention*",), optional=True),
 )

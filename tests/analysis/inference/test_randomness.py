@@ -217,11 +217,18 @@ def test_secondary_seeds_are_saved(tmp_path):
     from raybench.analysis.secondary.estimators import random_directions
     from raybench.core.config import demo_protocol, paper_protocol
 
-    path = rnd.write_secondary_randomness(tmp_path, paper_protocol(), SecondaryConfig())
+    path = rnd.write_secondary_randomness(tmp_path, paper_protocol(), SecondaryConfig(), "ptbxl")
     rec = read_json(path)
     assert rec["random_dictionaries"]["seeds"] == list(range(920000, 920020))  # the published 20 dictionaries
-    assert rec["patient_bootstrap"]["stream"] == "published" and rec["patient_bootstrap"]["seed"] == 20260714
+    # the published scripts' own bootstrap seeds (docs/protocol.md §9.5)
+    assert rec["harmonization_bootstrap"]["stream"] == "published"
+    assert rec["harmonization_bootstrap"]["seed"] == 20260715
+    assert rec["intervention_bootstrap"]["seed"] == 20260722 and rec["intervention_rotation_seed"] == 20260720
+    mimic = read_json(rnd.write_secondary_randomness(tmp_path, paper_protocol(), SecondaryConfig(), "mimic"))
+    assert mimic["intervention_bootstrap"]["seed"] == 20260724 and mimic["harmonization_bootstrap"]["seed"] == 20260715
     first = random_directions(6, 3, rec["random_dictionaries"]["seeds"][0])  # re-derivable from the file alone
     np.testing.assert_array_equal(first, random_directions(6, 3, 920000))
-    demo = read_json(rnd.write_secondary_randomness(tmp_path, demo_protocol(), SecondaryConfig.demo()))
-    assert demo["patient_bootstrap"]["stream"] == "chunked" and demo["patient_bootstrap"]["seed"] == 20240614
+    demo = read_json(rnd.write_secondary_randomness(tmp_path, demo_protocol(), SecondaryConfig.demo(), "synth"))
+    for name in ("harmonization_bootstrap", "intervention_bootstrap"):  # raybench's rule: the run's own draws
+        assert demo[name]["stream"] == "chunked" and demo[name]["seed"] == 20240614
+    assert demo["intervention_rotation_seed"] is None  # the demo design has no random rotation

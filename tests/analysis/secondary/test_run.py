@@ -132,19 +132,31 @@ def test_three_analyses_write_tables_and_figures(tiny_run):
     jepa = harm[harm["model"] == "ecg_jepa"].set_index("protocol")
     assert jepa.at["lead", "cka_to_native"] == pytest.approx(1.0, abs=1e-6)
 
-    inter = tables["intervention"]
-    assert set(inter["method"]) == {"dense", "sae"} and (inter["concepts_total"] == len(cfg_concepts(root))).all()
-    eligible = tables["intervention_concepts"].groupby(["model", "method"]).primary_eligible.sum()
-    assert inter.set_index(["model", "method"]).concepts_eligible.to_dict() == eligible.to_dict()
+    inter = tables["intervention"]  # the published design: 4 methods x 2 candidate arms x k in (1, 5)
+    assert set(inter["method"]) == set(SCFG.intervention_methods) == {"dense", "pca", "sae", "random_rotation"}
+    assert (inter["concepts_total"] == len(cfg_concepts(root))).all()
+    assert set(zip(inter["arm"], inter["k"], strict=True)) == {(a, k) for a in ("matched", "full") for k in (1, 5)}
+    keys = ["model", "arm", "k", "method"]
+    eligible = tables["intervention_concepts"].groupby(keys).primary_eligible.sum()
+    assert inter.set_index(keys).concepts_eligible.to_dict() == eligible.to_dict()
+    icon = tables["intervention_contrasts"]
+    assert len(icon) == len(MODELS) * 2 * 2 * 3 * 4  # models x arms x k x comparisons x metrics
+    assert set(icon["comparison"]) == {"sae_minus_dense", "sae_minus_pca", "sae_minus_random_rotation"}
+    for _, g in icon.groupby("metric"):  # one BH family per metric over every model x arm x k x comparison
+        np.testing.assert_allclose(g["q_value_bh"], benjamini_hochberg(g["p_value"].to_numpy()))
     designs = tables["intervention_designs"]
-    assert len(designs) == 2 * 2 * SCFG.candidate_subsets * len(cfg_concepts(root))
+    assert len(designs) == len(MODELS) * 2 * (SCFG.candidate_subsets + 1) * 2 * len(cfg_concepts(root))
     assert set(designs["status"]) <= {"eligible", "below_effect_floor", "nonpositive_validation_effect"}
     ok = designs[designs["status"] == "eligible"]
-    # the common effect is the capped smaller full-clamp effect, and each arm's dose reaches exactly it
-    capped = np.minimum(SCFG.effect_cap, ok[["dense_unit_effect", "sae_unit_effect"]].min(axis=1))
+    # the common effect is the capped smallest dense / PCA / SAE full-clamp effect, and each dose reaches exactly it
+    capped = np.minimum(SCFG.effect_cap, ok[["dense_unit_effect", "pca_unit_effect", "sae_unit_effect"]].min(axis=1))
     np.testing.assert_allclose(ok["common_effect"], capped, rtol=1e-12)
-    for arm in ("dense", "sae"):
-        np.testing.assert_allclose(ok[f"{arm}_dose"] * ok[f"{arm}_unit_effect"], ok["common_effect"], rtol=1e-9)
+    for method in ("dense", "pca", "sae"):
+        np.testing.assert_allclose(ok[f"{method}_dose"] * ok[f"{method}_unit_effect"], ok["common_effect"], rtol=1e-9)
+    rot = ok.dropna(subset=["random_rotation_dose"])  # the rotation joins only where a dose <= 1 reaches it
+    assert (rot["random_rotation_dose"] <= SCFG.max_dose + 1e-10).all()
+    np.testing.assert_allclose(rot["random_rotation_dose"] * rot["random_rotation_unit_effect"], rot["common_effect"],
+                               rtol=1e-9)
 
 
 def cfg_concepts(root: Path) -> tuple[str, ...]:
@@ -171,6 +183,42 @@ def test_rerun_is_byte_identical_and_uses_the_cache(tiny_run):
     assert after == before
     assert {p.name: p.read_bytes() for p in sorted(layout.tables_dir.glob("*.csv"))} == tables_before
     assert [p.stat().st_mtime_ns for p in cache] == stamps
+
+
+@pytest.mark.slow
+def test_demo_intervention_design_is_sae_against_dense(tiny_run):
+    """SecondaryConfig.demo()'s design (raybench's): dense and SAE, the matched arm, k = 5; the same estimators."""
+    from raybench.analysis.secondary import calibration_cells
+    from raybench.analysis.secondary.estimators import bootstrap_counts
+    from raybench.analysis.secondary.intervention import intervene_model
+
+    root, cfg, tables = tiny_run
+    demo = dataclasses.replace(SecondaryConfig.demo(), candidate_subsets=SCFG.candidate_subsets,
+                               bootstrap_draws=SCFG.bootstrap_draws, complete_case_train=True)
+    cells = calibration_cells(root, cfg.protocol)
+    model, sub = next(iter(cells[cells["layer"] == cells["n_layers"] - 1].groupby("model")))
+    paper = tables["intervention_contrasts"]
+    counts = bootstrap_counts(len(_test_patients(root, cfg)), 200, 7, 100, "chunked")
+    out = intervene_model(root, cfg.protocol.eval, demo, model, int(sub["layer"].iloc[0]),
+                          [(int(s), d) for s, d in zip(sub["seed"], sub["cell_dir"], strict=True)], counts, (2.5, 97.5),
+                          demo.rotation_seed)
+    con = out["intervention_contrasts"]
+    assert list(con["comparison"].unique()) == ["sae_minus_dense"] and set(con["arm"]) == {"matched"}
+    assert set(con["k"]) == {5} and len(con) == 4
+    assert set(out["intervention"]["method"]) == {"dense", "sae"}
+    same = paper[(paper["model"] == model) & (paper["arm"] == "matched") & (paper["k"] == 5)
+                 & (paper["comparison"] == "sae_minus_dense")].set_index("metric")
+    mine = con.set_index("metric")
+    # the paper design's gate also needs a positive PCA effect, so its eligible concepts are a subset
+    assert (mine["concepts_paired"] >= same.loc[mine.index, "concepts_paired"]).all()
+
+
+def _test_patients(root: Path, cfg) -> tuple[str, ...]:
+    from raybench.cohorts.manifest import load_manifest
+    from raybench.sae.data import evaluation_test_patients
+
+    manifest, info = load_manifest(RunLayout.at(root).manifest)
+    return evaluation_test_patients(manifest, info, cfg.protocol.eval)
 
 
 # ---------------------------------------------------------------- a failed analysis is visible
