@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Rendered:
-    """What `render_outputs` wrote: figure files, the release audit (None without a protocol) and the report."""
+    """What `render_outputs` wrote: figure files (figures/*.png|svg; the dashboards' images are not counted), the
+    release audit (None without a protocol) and the report."""
 
     figures: list[Path]
     audit: AuditResult | None
@@ -63,7 +64,7 @@ def render_outputs(root: str | Path, protocol: Protocol | None, parallel: bool |
     for analysis in ANALYSES:
         if analysis.render is not None:
             written += analysis.render(inp)
-    figures = [p for p in written if p.suffix in (".png", ".svg")]
+    figures = [p for p in written if p.suffix in (".png", ".svg") and p.parent == inp.layout.figures_dir]
     recorded = read_audit(root) if protocol is not None else None
     audit = AuditResult.from_dict(recorded) if recorded is not None else None
     return Rendered(figures, audit, render_report(root))
