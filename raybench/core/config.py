@@ -242,6 +242,8 @@ class RunConfig:
         payload = {k: to_dict(getattr(self, k)) for k in ("protocol", "cohort", "encoders")}
         payload["encoders"] = {k: v for k, v in payload["encoders"].items()
                                if k not in ("batch_size", "num_gpus", "min_actors", "max_actors", "stall_timeout_s")}
+        if payload["cohort"].get("kind") != "mimic":  # mimic only, added later: other runs keep their hash
+            payload["cohort"].pop("rate_concept", None)
         return payload
 
     def config_hash(self) -> str:

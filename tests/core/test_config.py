@@ -115,3 +115,18 @@ def test_every_fixed_choice_is_checked_from_its_literal(tmp_path):
             checked.append(f"{name}.{f.name}")
     assert {"sae.sampler", "eval.missing_concepts", "inference.stream", "cohort.kind", "cohort.sampling_rate",
             "encoders.profile", "encoders.size", "resources.trial_unit"} <= set(checked)
+
+
+def test_the_mimic_rate_concept_is_hashed_for_mimic_runs_only():
+    """cohort.rate_concept changes a MIMIC run's results, nothing else's: other runs keep the hash they had before
+    the field existed, so their run folders stay theirs."""
+    from dataclasses import replace
+
+    from raybench.core.config import demo_run
+
+    demo = demo_run()
+    rr = replace(demo, cohort=replace(demo.cohort, rate_concept="rr_mean_ms"))
+    assert rr.config_hash() == demo.config_hash() and "rate_concept" not in demo.hashed_config()["cohort"]
+    mimic = replace(demo, cohort=replace(demo.cohort, kind="mimic"))
+    mimic_rr = replace(mimic, cohort=replace(mimic.cohort, rate_concept="rr_mean_ms"))
+    assert mimic.config_hash() != mimic_rr.config_hash()
