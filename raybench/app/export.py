@@ -12,6 +12,7 @@ is added here on purpose:
                                      cohorts only, never for a credentialed one (they are record-level)
     cells/<cell>/sae.safetensors     SAE weights and the cfg.json that makes them usable on their own
     cells/<cell>/cfg.json
+    compare/<other run>/             `raybench compare` against another run: its report, tables and figures (aggregate)
     run.yaml                         the resolved config, any record-level field (`*_ids`, quarantine) removed and
                                      credentials cut out of every URI (raybench.core.redaction)
     EXPORT.json                      what was copied (path, bytes, sha256) and how much was left behind
@@ -50,7 +51,9 @@ from raybench.core.privacy import is_credentialed
 from raybench.core.redaction import redact_config, redact_text, uri_secrets
 
 ALLOW = ("report.html", "tables/*.parquet", "tables/*.csv", "tables/*.json", "figures/*.png", "figures/*.svg",
-         "figures/dashboards/index.json", "cells/*/sae.safetensors", "cells/*/cfg.json")
+         "figures/dashboards/index.json", "cells/*/sae.safetensors", "cells/*/cfg.json",
+         "compare/*/report.html", "compare/*/tables/*.parquet", "compare/*/tables/*.csv",
+         "compare/*/figures/*.png", "compare/*/figures/*.svg")
 # Record-level pictures (ECG strips of single records): copied for open cohorts only, never for credentialed ones.
 CREDENTIALED_DENY = ("figures/dashboards/*",)
 _REF = re.compile(r"""\b(?:src|href|data-src)\s*=\s*["']([^"'#]+)["']""")

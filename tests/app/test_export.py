@@ -123,3 +123,19 @@ def test_a_report_rendered_with_uri_credentials_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
     write_text(layout.report, "<html><pre>uri: https://mlflow.example.org/api</pre></html>")
     export_run(layout.root, tmp_path / "out")
+
+
+def test_a_comparison_with_another_run_is_exported_and_its_inputs_are_not(tmp_path):
+    """`raybench compare` writes RUN_A/compare/<RUN_B>/: its report, tables and figures are aggregate and leave with
+    the run; anything else there (a stray record-level file) stays home."""
+    layout = _run(tmp_path / "run", "ptbxl", manifest=False)
+    out = layout.root / "compare" / "other"
+    write_table(out / "tables" / "leaders.parquet", pd.DataFrame({"metric": ["coverage"], "leader_a": ["csfm"]}))
+    write_text(out / "report.html", "<html><body>comparison</body></html>")
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "compare.png").write_bytes(b"\x89PNG")
+    (out / "patient_draws.npz").write_bytes(b"draws")
+    copied = {f["path"] for f in export_run(layout.root, tmp_path / "out").files}
+    assert {"compare/other/report.html", "compare/other/tables/leaders.parquet", "compare/other/tables/leaders.csv",
+            "compare/other/figures/compare.png"} <= copied
+    assert "compare/other/patient_draws.npz" not in copied
