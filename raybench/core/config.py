@@ -29,6 +29,7 @@ from raybench.core.analysis_config import (
     MLflowConfig,
     ProvenanceConfig,
     ReliabilityConfig,
+    SecondaryConfig,
     TrackingConfig,
 )
 from raybench.core.dataclass_io import from_dict, to_dict
@@ -52,6 +53,7 @@ from raybench.core.protocol import (
 
 __all__ = [
     "DIAGNOSTIC_SUPERCLASSES", "PANEL_VARIANTS", "FeaturesConfig", "ProvenanceConfig", "ReliabilityConfig",
+    "SecondaryConfig",
     "MODELS", "RUN_PRESETS", "CohortConfig", "ConfigError", "EncoderConfig", "EvalProtocol",
     "GridProtocol", "InferenceProtocol", "MLflowConfig", "ModelDims", "Protocol", "ResourceConfig", "RunConfig",
     "SAEProtocol", "TrackingConfig", "audited_depths",
@@ -232,6 +234,15 @@ class RunConfig:
     """Feature dashboards of the report (outside config_hash)."""
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     """The metric reliability audit (outside config_hash)."""
+    secondary: SecondaryConfig | None = None
+    """The secondary analyses (outside config_hash); None: SecondaryConfig.demo() for the demo protocol, else the
+    published settings (the dataclass defaults)."""
+
+    def secondary_settings(self) -> SecondaryConfig:
+        """The secondary analyses' settings this run uses (the `secondary` section, else the protocol's default)."""
+        if self.secondary is not None:
+            return self.secondary
+        return SecondaryConfig.demo() if self.protocol.name == "demo" else SecondaryConfig()
 
     def validate(self) -> RunConfig:
         validate_sections(self)
@@ -289,18 +300,20 @@ def demo_run(run_dir: str = "runs/demo") -> RunConfig:
         # same on every machine
         encoders=EncoderConfig(size="demo", batch_size=64, num_gpus=0.0, min_actors=2, max_actors=2),  # both cores
         resources=ResourceConfig(trial_unit="model", trial_gpus=0.0),  # 12 trials: start-up dominates tiny SAEs
+        secondary=SecondaryConfig.demo(),  # the preset's section in full, so a YAML that sets one key keeps the rest
     ).validate()
 
 
 def paper_run(run_dir: str = "runs/paper") -> RunConfig:
     """The published protocol as executed, with the protocol code's preprocessing: reproduces the published tables."""
-    return RunConfig(run_dir=run_dir, protocol=paper_protocol(), encoders=EncoderConfig(profile="published")).validate()
+    return RunConfig(run_dir=run_dir, protocol=paper_protocol(), encoders=EncoderConfig(profile="published"),
+                     secondary=SecondaryConfig()).validate()
 
 
 def paper_native_run(run_dir: str = "runs/paper-native") -> RunConfig:
     """The published protocol with each encoder's native (upstream) preprocessing: not the published tables."""
-    return RunConfig(run_dir=run_dir, protocol=paper_native_protocol(), encoders=EncoderConfig(profile="native")
-                     ).validate()
+    return RunConfig(run_dir=run_dir, protocol=paper_native_protocol(), encoders=EncoderConfig(profile="native"),
+                     secondary=SecondaryConfig()).validate()
 
 
 RUN_PRESETS = {"paper": paper_run, "paper-native": paper_native_run, "demo": demo_run}

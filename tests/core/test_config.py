@@ -130,3 +130,25 @@ def test_the_mimic_rate_concept_is_hashed_for_mimic_runs_only():
     mimic = replace(demo, cohort=replace(demo.cohort, kind="mimic"))
     mimic_rr = replace(mimic, cohort=replace(mimic.cohort, rate_concept="rr_mean_ms"))
     assert mimic.config_hash() != mimic_rr.config_hash()
+
+
+def test_the_secondary_analyses_are_set_from_yaml(tmp_path):
+    """`secondary:` is a run-config section like the audits' (outside config_hash); a YAML that sets one key keeps
+    the preset's other settings, and a wrong value names its key."""
+    from raybench.core.analysis_config import SecondaryConfig
+    from raybench.core.config import ConfigError, demo_run, load_run_config, paper_run
+
+    path = tmp_path / "run.yaml"
+    path.write_text("preset: demo\nsecondary:\n  analyses: [calibration, intervention]\n  random_dictionaries: 5\n")
+    cfg = load_run_config(path)
+    assert cfg.secondary.analyses == ("calibration", "intervention") and cfg.secondary.random_dictionaries == 5
+    assert cfg.secondary.harmonization_train_records == SecondaryConfig.demo().harmonization_train_records == 96
+    assert cfg.config_hash() == demo_run().config_hash(), "settings of an analysis of the finished grid"
+    assert paper_run().secondary_settings() == SecondaryConfig() and demo_run().secondary_settings() == \
+        SecondaryConfig.demo()
+    path.write_text("preset: demo\nsecondary:\n  analyses: [ladder]\n")
+    with pytest.raises(ConfigError, match="secondary.analyses"):
+        load_run_config(path)
+    path.write_text("preset: demo\nsecondary:\n  random_dictionaries: many\n")
+    with pytest.raises(ConfigError, match="secondary.random_dictionaries"):
+        load_run_config(path)

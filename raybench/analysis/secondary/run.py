@@ -33,15 +33,17 @@ FIGURE_SUFFIXES = (".png", ".svg")
 
 def run_secondary(root: str | Path, protocol: Protocol, cfg: RunConfig, scfg: SecondaryConfig | None = None,
                   *, strict: bool = False) -> dict[str, pd.DataFrame]:
-    """Run every analysis in scfg.analyses (default SecondaryConfig.demo() for the demo protocol, else the
-    paper settings). strict=True re-raises the first failure (tests, debugging); it is recorded either way."""
+    """Run every analysis in scfg.analyses (default: the run config's `secondary` section, else
+    SecondaryConfig.demo() for the demo protocol, else the paper settings).
+    strict=True re-raises the first failure (tests, debugging); it is recorded either way."""
     from raybench.analysis.secondary.calibration import run_calibration
     from raybench.analysis.secondary.harmonization import run_harmonization
     from raybench.analysis.secondary.intervention import run_intervention
     from raybench.infra.ray_session import init_ray
 
     if scfg is None:
-        scfg = SecondaryConfig.demo() if protocol.name == "demo" else SecondaryConfig()
+        scfg = cfg.secondary if cfg.secondary is not None else (
+            SecondaryConfig.demo() if protocol.name == "demo" else SecondaryConfig())
     scfg.validate()
     from raybench.analysis.inference.randomness import write_secondary_randomness
 

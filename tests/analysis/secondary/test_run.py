@@ -337,3 +337,25 @@ def test_ladder_order_flags_each_step_by_hand():
     assert not bool(order.loc["b", "sae_ridge_ge_sae_top16"]) and bool(order.loc["b", "dense_ridge_ge_sae_ridge"])
     assert not bool(order.loc["b", "sae_single_gt_random_single"]), "ties with random are not a win"
     assert order.loc["b", "margin_sae_ridge_sae_top16"] == pytest.approx(-0.02)
+
+
+def test_the_run_configs_secondary_section_decides_what_runs(tmp_path, monkeypatch):
+    """run_secondary without explicit settings takes the run config's `secondary` section (raybench analyze)."""
+    from fake_run import small_protocol, write_fake_run
+
+    import raybench.analysis.secondary.calibration as calibration
+    import raybench.analysis.secondary.harmonization as harmonization
+    import raybench.infra.ray_session
+    from raybench.analysis.secondary.run import run_secondary
+    from raybench.core.config import demo_run
+
+    protocol = small_protocol()
+    root = write_fake_run(tmp_path / "run", protocol, tables=("cells",))
+    ran: list[str] = []
+    monkeypatch.setattr(raybench.infra.ray_session, "init_ray", lambda resources=None: None)
+    monkeypatch.setattr(calibration, "run_calibration", lambda *a: ran.append("calibration") or {})
+    monkeypatch.setattr(harmonization, "run_harmonization", lambda *a: ran.append("harmonization") or {})
+    cfg = dataclasses.replace(demo_run(str(root)), protocol=protocol,
+                              secondary=dataclasses.replace(SecondaryConfig.demo(), analyses=("harmonization",)))
+    run_secondary(root, protocol, cfg)
+    assert ran == ["harmonization"]
