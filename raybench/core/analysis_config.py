@@ -254,7 +254,8 @@ class SecondaryConfig:
     def validate(self) -> SecondaryConfig:
         unknown = [a for a in self.analyses if a not in SECONDARY_ANALYSES]
         if unknown:
-            raise ConfigError(f"unknown secondary analyses {unknown} (secondary.analyses); choose from {SECONDARY_ANALYSES}")
+            raise ConfigError(f"unknown secondary analyses {unknown} (secondary.analyses); choose from "
+                              f"{SECONDARY_ANALYSES}")
         bad = [p for p in self.harmonization_protocols if p not in ("native", "lead", "temporal", "joint")]
         if bad or "native" not in self.harmonization_protocols:
             raise ConfigError(f"harmonization_protocols must include native and only use native/lead/temporal/joint, "
