@@ -35,9 +35,14 @@ def planted_protocol() -> Protocol:
     )
 
 
-def write_planted_run(root: Path, protocol: Protocol, fail: tuple = ()) -> Path:
-    """Cells table + per-cell patient_stats / decoder_top / metrics.json, with a planted best model."""
-    rng = np.random.default_rng(0)
+def write_planted_run(root: Path, protocol: Protocol, fail: tuple = (), *, seed: int = 0,
+                      skill: dict[str, float] | None = None, weight: float | np.ndarray = 1.0,
+                      grows_with_e: bool = True) -> Path:
+    """Cells table + per-cell patient_stats / decoder_top / metrics.json, with a planted best model (`skill`, default
+    SKILL; `weight` scales each concept's signal; `grows_with_e`: the signal grows with log E). Also the cohort runs
+    of tests/analysis/compare/."""
+    skill = SKILL if skill is None else skill
+    rng = np.random.default_rng(seed)
     layout = RunLayout.at(root)
     per = rng.integers(1, 3, size=P)
     patient = np.repeat(np.arange(P), per)
@@ -53,8 +58,8 @@ def write_planted_run(root: Path, protocol: Protocol, fail: tuple = ()) -> Path:
         cid = f"{m}-q{q:.2f}-E{e}-s{s}-{arm}"
         cdir = layout.cell_dir(cid)
         cdir.mkdir(parents=True, exist_ok=True)
-        skill = SKILL[m] * (0.8 + 0.2 * q) * (1.0 + 0.05 * np.log2(e))
-        a = skill * y + rng.normal(size=y.shape)
+        gain = skill[m] * (0.8 + 0.2 * q) * ((1.0 + 0.05 * np.log2(e)) if grows_with_e else 1.0)
+        a = gain * weight * y + rng.normal(size=y.shape)
         err = rng.gamma(2.0, ERR[m] * (1 + 0.1 * np.log2(e)), size=r)
         dev = rng.gamma(2.0, 1.0, size=r) + err
         stats = patient_stats(patient, P, a, y, err, dev)

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from test_tables import write_planted_run
 
 from raybench.analysis.atlas.run import analyze_run
 from raybench.app.cli import main
-from raybench.core.atomic import write_json, write_table
+from raybench.core.atomic import write_table
 from raybench.core.config import (
     CohortConfig,
     EncoderConfig,
@@ -25,17 +25,13 @@ from raybench.core.config import (
     Protocol,
     RunConfig,
 )
-from raybench.core.paths import RunLayout
 from raybench.core.run_state import write_run_yaml
-from raybench.core.sufficient_stats import patient_stats
 
 MODELS = ("csfm", "ecg_jepa", "st_mem")
 CONCEPT_WEIGHT = np.array([1.0, 0.6, 0.4, 0.25, 0.15])  # concepts of falling strength: coverage separates models
-CONCEPTS = ["qrs_duration", "hr_ventricular", "t_amp_global", "qrs_axis_front", "st_amp_global_mv"]
-ERR = {"ecg_jepa": 0.02, "st_mem": 0.06, "csfm": 0.08}  # ecg_jepa best in reconstruction in both runs
 SKILL_A = {"ecg_jepa": 0.9, "st_mem": 0.45, "csfm": 0.35}  # accessibility: ecg_jepa leads in A ...
 SKILL_B = {"ecg_jepa": 0.45, "st_mem": 0.9, "csfm": 0.35}  # ... st_mem in B
-P, D, M_TOP = 60, 16, 8
+P, M_TOP = 60, 8  # test_tables.py's (its ERR plants ecg_jepa best in reconstruction in both runs)
 
 
 def compare_protocol(models: tuple[str, ...] = MODELS) -> Protocol:
@@ -55,36 +51,9 @@ def stamp(root: Path, protocol: Protocol, seed: int) -> None:
 
 
 def write_cohort_run(root: Path, seed: int, skill: dict[str, float], protocol: Protocol) -> Path:
-    """A finished-looking run: cells table, per-cell patient_stats / decoder_top / metrics.json, run.yaml."""
-    rng = np.random.default_rng(seed)
-    layout = RunLayout.at(root)
-    patient = np.repeat(np.arange(P), rng.integers(1, 3, size=P))
-    y = rng.normal(size=(len(patient), len(CONCEPTS)))
-    shared = {m: rng.normal(size=(D, 3 * M_TOP)) for m in MODELS}
-    g = protocol.grid
-    keys = [("primary", m, q, e, s) for m, q, e, s in itertools.product(g.models, g.depths, g.expansions, g.seeds)]
-    keys += [("sensitivity", m, g.sensitivity_depth, e, s) for m, e, s in itertools.product(g.models, g.expansions,
-                                                                                            g.seeds)]
-    rows = []
-    for arm, m, q, e, s in keys:
-        cid = f"{m}-q{q:.2f}-E{e}-s{s}-{arm}"
-        cdir = layout.cell_dir(cid)
-        cdir.mkdir(parents=True, exist_ok=True)
-        a = skill[m] * (0.8 + 0.2 * q) * CONCEPT_WEIGHT * y + rng.normal(size=y.shape)
-        err = rng.gamma(2.0, ERR[m] * (1 + 0.1 * np.log2(e)), size=len(patient))
-        np.savez(cdir / "patient_stats.npz", **patient_stats(patient, P, a, y, err, rng.gamma(2.0, 1.0, len(patient))
-                                                             + err))
-        cols = shared[m][:, rng.permutation(3 * M_TOP)[:M_TOP + s]] + 0.1 * rng.normal(size=(D, M_TOP + s))
-        np.savez(cdir / "decoder_top.npz", columns=cols / np.linalg.norm(cols, axis=0), indices=np.arange(M_TOP + s))
-        rt = [float(np.corrcoef(a[:, j], y[:, j])[0, 1]) for j in range(len(CONCEPTS))]
-        write_json(cdir / "metrics.json", {"concepts": CONCEPTS, "r_test": rt, "r_val": rt})
-        rows.append({"cell_id": cid, "model": m, "layer": int(q * 11), "n_layers": 12, "q": q,
-                     "realized_depth": int(q * 11) / 11, "arm": arm, "expansion": e, "n_latents": D * e, "k": 2,
-                     "seed": s, "status": "ok", "val_r2": 0.9 - ERR[m], "test_r2": 0.9 - ERR[m],
-                     "val_dead_fraction": 0.01 * e, "val_mean_l0": 2.0, "gate_pass": True,
-                     "test_accessibility": 0.3, "test_coverage": 0.5, "train_seconds": 1.0, "config_hash": "x",
-                     "cell_dir": str(cdir.relative_to(root))})
-    write_table(layout.cells_table, pd.DataFrame(rows))
+    """A finished-looking run of one cohort (tests/analysis/atlas/test_tables.py's planted run, concepts of falling
+    strength, a signal flat in E) and its run.yaml."""
+    write_planted_run(root, protocol, seed=seed, skill=skill, weight=CONCEPT_WEIGHT, grows_with_e=False)
     stamp(root, protocol, seed)
     return root
 
