@@ -49,16 +49,19 @@ def _echo_rendered(rendered: Rendered, root: Path) -> None:
 @click.option("--allow-incomplete", is_flag=True,
               help="Analyze a grid with missing or failed cells (refused by default, naming them); every table then "
                    "flags its short denominators (n_expected, n_present, short_denominator).")
+@click.option("--only", multiple=True, metavar="NAME",
+              help="Compute only this analysis' tables (repeatable; a name of raybench.analysis.registry.ANALYSES, "
+                   "e.g. a newly added one); the others' tables stay as they are. Figures and the report are redrawn.")
 @click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
 def analyze(run_dir: str, config_path: str | None, num_workers: int | None, strict: bool, allow_incomplete: bool,
-            verbose: bool) -> None:
+            only: tuple[str, ...], verbose: bool) -> None:
     """Compute the analysis tables (Ray bootstraps), then figures, the release audit and report.html."""
     _logging(verbose)
     root = _local_dir(run_dir)
     cfg = resolve_config(run_dir, config_path)  # the run's own run.yaml unless --config
     from raybench.analysis.stage import run_analyze_stage
 
-    result = run_analyze_stage(cfg, num_workers=num_workers, allow_incomplete=allow_incomplete)
+    result = run_analyze_stage(cfg, num_workers=num_workers, allow_incomplete=allow_incomplete, only=only or None)
     for name, tables in result.tables.items():
         click.echo(f"{name} tables: {', '.join(sorted(tables)) or '-'}")
     _echo_rendered(result.rendered, root)

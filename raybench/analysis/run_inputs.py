@@ -7,9 +7,11 @@ one wins.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
-from raybench.analysis.completeness import GRID_COLUMNS, AnalysisError, expected_cells
+from raybench.analysis.completeness import GRID_COLUMNS, AnalysisError, check_complete, expected_cells, grid_frame
 from raybench.analysis.inference.packed_stats import StatsError
 from raybench.core.atomic import read_json
 from raybench.core.config import Protocol
@@ -97,3 +99,23 @@ def recorded_cohort_kind(layout: RunLayout) -> str:
     """The cohort kind in run.yaml ("synth" when the run has none)."""
     cohort = run_section(read_run_yaml(layout.root), "cohort")
     return str((cohort or {}).get("kind", "synth"))
+
+
+@dataclass(frozen=True)
+class GridCells:
+    """The ok cells of a run's grid and its fixed denominators, in one read (what an analysis that summarizes the
+    grid starts from): `ok` (ok cells, grid order), `missing` (grid points without an ok cell, with the reason)
+    and `grid` (every expected grid point with a `present` flag: give it to completeness.counts / attach)."""
+
+    ok: pd.DataFrame
+    missing: pd.DataFrame
+    grid: pd.DataFrame
+
+
+def grid_cells(layout: RunLayout, protocol: Protocol, allow_incomplete: bool = False) -> GridCells:
+    """read_cells + select_ok + check_complete + grid_frame: an incomplete grid raises IncompleteGridError naming
+    the cells unless allow_incomplete (then every table says its short denominators)."""
+    ok, missing = select_ok(read_cells(layout), protocol)
+    expected = expected_keys(protocol)
+    check_complete(missing, len(expected), allow_incomplete)
+    return GridCells(ok, missing, grid_frame(expected, ok))

@@ -70,17 +70,19 @@ def render_outputs(root: str | Path, protocol: Protocol | None, parallel: bool |
     return Rendered(figures, audit, render_report(root))
 
 
-def run_analyze_stage(cfg: RunConfig, num_workers: int | None = None, allow_incomplete: bool = False) -> AnalyzeResult:
-    """Analyze the finished run in cfg.run_dir (a local folder): every enabled analysis, then figures, audit and
-    report. Raises analysis.completeness.IncompleteGridError for an incomplete grid unless allow_incomplete.
-    num_workers caps concurrent Ray tasks (results do not depend on it)."""
+def run_analyze_stage(cfg: RunConfig, num_workers: int | None = None, allow_incomplete: bool = False,
+                      only: tuple[str, ...] | None = None) -> AnalyzeResult:
+    """Analyze the finished run in cfg.run_dir (a local folder): every enabled analysis (or only those named in
+    `only`, whatever their switch), then figures, audit and report. Raises analysis.completeness.IncompleteGridError
+    for an incomplete grid unless allow_incomplete; an unknown name in `only` raises AnalysisError naming the
+    choices. num_workers caps concurrent Ray tasks (results do not depend on it)."""
     from raybench.analysis.api import RunInputs
     from raybench.analysis.registry import ANALYSES
     from raybench.infra import progress, ray_session
 
     root = RunLayout.at(cfg.run_dir).root
+    todo = _selected(ANALYSES, cfg, only)
     ray_session.init_ray(cfg.resources)
-    todo = [a for a in ANALYSES if a.run is not None and a.enabled(cfg)]
     shown = progress.current()  # the run's live display: analyses done, tables and figures written
     shown.start("analyze", "analyze steps", len(todo) + 1, "steps")
     inp = RunInputs(root, cfg, num_workers, allow_incomplete)
@@ -96,6 +98,21 @@ def run_analyze_stage(cfg: RunConfig, num_workers: int | None = None, allow_inco
     shown.update("analyze", done=len(todo) + 1)
     shown.finish("analyze", f"{n} tables, {len(rendered.figures)} figures written")
     return AnalyzeResult(tables, rendered)
+
+
+def _selected(analyses: list, cfg: RunConfig, only: tuple[str, ...] | None) -> list:
+    """The analyses whose `run` the stage calls: the enabled ones, or exactly those named in `only`."""
+    runnable = [a for a in analyses if a.run is not None]
+    if not only:
+        return [a for a in runnable if a.enabled(cfg)]
+    from raybench.analysis.completeness import AnalysisError
+
+    names = [a.name for a in runnable]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise AnalysisError(f"--only {', '.join(unknown)}: no such analysis with tables to compute; "
+                            f"choose from {', '.join(names)}")
+    return [a for a in runnable if a.name in only]
 
 
 def render_report(root: str | Path) -> Path:

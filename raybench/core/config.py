@@ -124,6 +124,10 @@ class CohortConfig:
             raise ConfigError(f"cohort.max_records must be >= 1 or null, got {self.max_records}")
         if self.kind != "synth" and not self.root:
             raise ConfigError(f"cohort.root is required for cohort.kind={self.kind!r}: the dataset folder")
+        check_positive(self, "cohort", "records", "patients")
+        if self.kind == "synth" and self.patients > self.records:
+            raise ConfigError(f"cohort.patients ({self.patients}) must be <= cohort.records ({self.records}): "
+                              "every synthetic patient has at least one record")
         if not 0.0 <= self.bad_fraction < 0.5:
             raise ConfigError(f"cohort.bad_fraction must be in [0, 0.5), got {self.bad_fraction}")
 
@@ -253,7 +257,7 @@ class RunConfig:
         payload = {k: to_dict(getattr(self, k)) for k in ("protocol", "cohort", "encoders")}
         payload["encoders"] = {k: v for k, v in payload["encoders"].items()
                                if k not in ("batch_size", "num_gpus", "min_actors", "max_actors", "stall_timeout_s")}
-        if payload["cohort"].get("kind") != "mimic":  # mimic only, added later: other runs keep their hash
+        if payload["cohort"].get("kind") != "mimic":  # hashed for mimic only (CHANGELOG.md, issue 30)
             payload["cohort"].pop("rate_concept", None)
         return payload
 
@@ -322,8 +326,10 @@ RUN_PRESETS = {"paper": paper_run, "paper-native": paper_native_run, "demo": dem
 # ---------------------------------------------------------------- YAML
 
 def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
-    """Load a YAML run config. A `preset: demo|paper|paper-native` key starts from that preset (RUN_PRESETS);
-    without one the base is the dataclass defaults (the paper protocol, `encoders.profile: native`)."""
+    """Load a YAML run config: the preset it names (`preset: demo|paper|paper-native`, RUN_PRESETS) with the
+    file's keys on top. A file without `preset:` edits the preset its `protocol.name` names (a full config, as
+    `raybench config` prints), else the demo - the embedded default, as with no file at all - so no file becomes
+    a mix of presets under a preset's name. No path: the embedded demo."""
     if path is None:
         cfg = demo_run()
     else:
@@ -333,10 +339,7 @@ def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConf
             raise ConfigError(f"{path}: malformed YAML: {' '.join(str(err).split())}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
-        preset = raw.pop("preset", None)
-        if preset is not None and preset not in RUN_PRESETS:
-            raise ConfigError(f"{path}: preset must be one of {sorted(RUN_PRESETS)}, got {preset!r}")
-        base = RUN_PRESETS[preset]() if preset is not None else RunConfig(protocol=paper_protocol())
+        base = RUN_PRESETS[_preset_of(raw, path)]()
         merged = _deep_merge(to_dict(base), raw)
         try:
             cfg = from_dict(RunConfig, merged)
@@ -347,8 +350,29 @@ def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConf
     return cfg.validate()
 
 
+def _preset_of(raw: dict[str, Any], path: str | Path) -> str:
+    """The preset a config file starts from (removes its `preset` key); ConfigError when it names two."""
+    choices = " | ".join(RUN_PRESETS)
+    preset = raw.pop("preset", None)
+    if preset is not None and preset not in RUN_PRESETS:
+        raise ConfigError(f"{path}: preset must be one of {choices}, got {preset!r}")
+    protocol = raw.get("protocol")
+    named = protocol.get("name") if isinstance(protocol, dict) else None
+    if preset is None:
+        return named if named in RUN_PRESETS else "demo"
+    if named in RUN_PRESETS and named != preset:
+        raise ConfigError(f"{path}: `preset: {preset}` but protocol.name is {named!r}: a file edits one preset; "
+                          "drop one of the two, or give protocol.name a name of your own")
+    return preset
+
+
 def dump_run_config(cfg: RunConfig) -> str:
-    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+    """The config as YAML, led by `preset:` when the protocol carries a preset's name (so the file says what it
+    edits and loads back to the same config)."""
+    payload = to_dict(cfg)
+    if cfg.protocol.name in RUN_PRESETS:
+        payload = {"preset": cfg.protocol.name, **payload}
+    return yaml.safe_dump(payload, sort_keys=False)
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

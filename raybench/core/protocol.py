@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from raybench.core.errors import RaybenchError
-from raybench.core.models import MODELS, PUBLISHED_MODEL_ORDER
+from raybench.core.models import MODELS, PUBLISHED_MODEL_ORDER, PUBLISHED_MODELS  # noqa: F401 (MODELS: re-exported)
 
 Sampler = Literal["per_step", "epoch"]
 """How training batches are drawn (docs/protocol.md §6.5): per_step (published) or epoch."""
@@ -143,8 +143,9 @@ class SAEProtocol:
 class GridProtocol:
     """The atlas: models x relative depths x expansions x seeds, plus the fixed-k/N sensitivity arm (§6.6)."""
 
-    models: tuple[str, ...] = MODELS
-    """Encoders audited, by registry name. Published: the six of §5.2."""
+    models: tuple[str, ...] = PUBLISHED_MODELS
+    """Encoders audited, by registry name (a built-in, a plugin or a run-time registration). Published: the six of
+    §5.2 (raybench.core.models.PUBLISHED_MODELS, pinned: a new built-in encoder joins a run only when listed here)."""
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     """Relative depths q in [0, 1], mapped to layers by `layer_for_depth`. Published: 0, .25, .5, .75, 1 (§5.3)."""
     expansions: tuple[int, ...] = (1, 4, 8, 16, 32)
@@ -159,6 +160,11 @@ class GridProtocol:
     def validate(self) -> None:
         if not self.models:
             raise ConfigError("grid.models is empty: list at least one encoder")
+        for key, what in (("depths", "relative depth in [0, 1]"), ("expansions", "expansion factor E >= 1"),
+                          ("seeds", "SAE seed")):
+            if not getattr(self, key):
+                raise ConfigError(f"grid.{key} is empty: list at least one {what} (the preset's: "
+                                  f"{list(getattr(GridProtocol, key))})")
         if len(set(self.models)) != len(self.models):
             raise ConfigError(f"grid.models has duplicates: {list(self.models)}")
         for q in self.depths:

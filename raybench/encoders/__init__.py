@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ECGEncoder", "EncoderSpec", "available_encoders", "build_encoder", "register_encoder"]
+__all__ = ["ECGEncoder", "EncoderSpec", "RegistrationError", "available_encoders", "build_encoder", "register_encoder"]
 
 
 def __getattr__(name: str) -> Any:

@@ -126,14 +126,32 @@ EncoderFactory = Callable[[EncoderSpec], ECGEncoder]
 _REGISTRY: dict[str, EncoderFactory] = {}
 
 
-def register_encoder(name: str) -> Callable[[EncoderFactory], EncoderFactory]:
-    """Decorator: `@register_encoder("my_model")` on a factory `spec -> ECGEncoder`."""
+class RegistrationError(RaybenchError, ValueError):
+    """A second encoder under a name that is taken; the message names both factories."""
+
+
+def register_encoder(name: str, *, replace: bool = False) -> Callable[[EncoderFactory], EncoderFactory]:
+    """Decorator: `@register_encoder("my_model")` on a factory `spec -> ECGEncoder`.
+
+    A name holds one factory: registering another factory under a taken name (a built-in's, a plugin's, another
+    module's) raises RegistrationError, so no run silently audits a model other than the one its name says. The
+    same definition registered again (a module reloaded, a notebook cell run twice: same module and qualified name)
+    takes the place of the old one; `replace=True` swaps in a different factory on purpose."""
 
     def deco(factory: EncoderFactory) -> EncoderFactory:
+        held = _REGISTRY.get(name)
+        if held is not None and _qualname(held) != _qualname(factory) and not replace:
+            raise RegistrationError(
+                f"encoder {name!r} is already registered ({_qualname(held)}); {_qualname(factory)} cannot take "
+                "its name: pick another name, or pass replace=True to register_encoder to swap it on purpose")
         _REGISTRY[name] = factory
         return factory
 
     return deco
+
+
+def _qualname(factory: EncoderFactory) -> str:
+    return f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
 
 
 IMPORT_ERRORS: dict[str, str] = {}

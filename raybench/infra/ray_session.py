@@ -6,7 +6,7 @@ when a stage has work (a rerun with nothing to do never pays its start-up).
 
 Quiet by default: raybench draws its own progress (raybench.infra.progress), so Ray's, Tune's and Ray Data's INFO
 and WARNING chatter and the workers' stdout stay out of the terminal (the C++ core worker logs only errors
-there; the encoder actors no longer give it cause, see raybench.encoders.extract);
+there; the encoder actors give it no cause, see raybench.encoders.extract);
 `set_verbose(True)` (`raybench --verbose ...`) lets all of it through. Errors of the work itself reach the
 user through raybench's own messages, naming the cell or record.
 """

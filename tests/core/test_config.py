@@ -152,3 +152,64 @@ def test_the_secondary_analyses_are_set_from_yaml(tmp_path):
     path.write_text("preset: demo\nsecondary:\n  random_dictionaries: many\n")
     with pytest.raises(ConfigError, match="secondary.random_dictionaries"):
         load_run_config(path)
+
+
+# ---------------------------------------------------------------- presets are explicit (issue 39, point 4)
+
+@pytest.mark.parametrize(("text", "preset"), [
+    ("", "demo"),  # an empty file is the embedded default, not the paper protocol with native preprocessing
+    ("protocol:\n  sae:\n    lr: 0.001\n", "demo"),
+    ("cohort:\n  records: 600\n  patients: 200\n", "demo"),
+    ("preset: paper\ncohort:\n  records: 600\n  patients: 200\n", "paper"),
+])
+def test_a_config_without_preset_is_the_demo_never_a_mislabelled_paper(tmp_path, text, preset):
+    from raybench.core.config import RUN_PRESETS
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    cfg = load_run_config(path)
+    want = RUN_PRESETS[preset]()
+    assert cfg.protocol.name == preset
+    assert (cfg.protocol.sae, cfg.encoders.profile, cfg.encoders.size) == (
+        replace(want.protocol.sae, lr=0.001) if "lr" in text else want.protocol.sae,
+        want.encoders.profile, want.encoders.size)
+
+
+def test_a_dumped_config_names_its_preset_and_loads_back(tmp_path):
+    from raybench.core.config import paper_native_run, paper_run
+
+    for cfg in (paper_run(str(tmp_path / "p")), paper_native_run(str(tmp_path / "n")), demo_run(str(tmp_path / "d"))):
+        text = dump_run_config(cfg)
+        assert text.startswith(f"preset: {cfg.protocol.name}\n")
+        path = tmp_path / "cfg.yaml"
+        path.write_text(text)
+        assert load_run_config(path) == cfg
+        # a full dump without its first line still loads as what it is (protocol.name names the preset)
+        path.write_text(text.split("\n", 1)[1])
+        assert load_run_config(path) == cfg
+
+
+def test_a_preset_and_a_protocol_name_of_another_preset_are_refused(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("preset: demo\nprotocol:\n  name: paper\n")
+    with pytest.raises(ConfigError, match=r"preset: demo.*protocol.name is 'paper'"):
+        load_run_config(path)
+    path.write_text("preset: demo\nprotocol:\n  name: my-study\n")  # a name of one's own is fine
+    assert load_run_config(path).protocol.name == "my-study"
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ("protocol:\n  grid:\n    seeds: []\n", "grid.seeds is empty"),
+    ("protocol:\n  grid:\n    depths: []\n", "grid.depths is empty"),
+    ("protocol:\n  grid:\n    expansions: []\n", "grid.expansions is empty"),
+    ("protocol:\n  grid:\n    models: []\n", "grid.models is empty"),
+    ("cohort:\n  records: 0\n", "cohort.records must be > 0"),
+    ("cohort:\n  patients: 0\n", "cohort.patients must be > 0"),
+    ("cohort:\n  records: 100\n  patients: 500\n", r"cohort.patients \(500\) must be <= cohort.records"),
+])
+def test_empty_and_impossible_grids_are_refused_at_config_time(tmp_path, text, named):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("preset: demo\n" + text)
+    with pytest.raises(ConfigError, match=named):
+        load_run_config(path)
+

@@ -13,10 +13,9 @@ import torch
 from torch import nn
 
 from raybench.core.config import MODELS
+from raybench.core.models import DEMO_WIDTH, INFO
 from raybench.encoders import base
 from raybench.encoders.base import ECGEncoder, EncoderSpec, available_encoders, build_encoder, register_encoder
-
-AUDITED_LAYERS = {"csfm": 6, "cardiac_fm": 12, "ecg_fm": 12, "ecg_jepa": 12, "hubert_ecg": 12, "st_mem": 12}
 
 
 @pytest.fixture(autouse=True)
@@ -130,9 +129,41 @@ def test_unknown_encoder_names_the_plugin_group():
 @pytest.mark.parametrize("name", MODELS)
 def test_builtin_demo_encoders_share_width(name):
     model = build_encoder(EncoderSpec(name))
-    assert model.name == name and model.d == 64 and 1 <= model.n_layers <= AUDITED_LAYERS[name]
-    assert (type(model).n_layers, type(model).d) == (AUDITED_LAYERS[name], 768)  # the full-size contract
+    info = INFO[name]  # the sizes the registry promises (raybench.core.models)
+    assert (model.name, model.d, model.n_layers) == (name, DEMO_WIDTH, info.demo_layers)
+    assert (type(model).n_layers, type(model).d) == (info.layers, info.d)  # the full-size contract
     rng = np.random.default_rng(0)
     x = torch.from_numpy(model.preprocess(rng.standard_normal((12, 5000)).astype(np.float32), 500))[None]
     states = model.layer_states(x)
-    assert states.shape == (model.n_layers, 1, 64) and torch.isfinite(states).all()
+    assert states.shape == (model.n_layers, 1, DEMO_WIDTH) and torch.isfinite(states).all()
+
+
+def test_a_second_encoder_under_a_taken_name_is_refused():
+    """A name holds one factory (issue 39): a built-in's name, or another module's registration, is refused with
+    both factories named; the same definition again (a reload) and replace=True are allowed."""
+    from raybench.encoders.base import RegistrationError
+
+    with pytest.raises(RegistrationError, match=r"'csfm' is already registered \(raybench\.encoders\.models\.csfm"):
+        register_encoder("csfm")(lambda spec: Toy())
+
+    def first(spec: EncoderSpec) -> ECGEncoder:
+        return Toy()
+
+    register_encoder("toy_once")(first)
+    register_encoder("toy_once")(first)  # the same factory: a no-op
+
+    def reloaded(spec: EncoderSpec) -> ECGEncoder:  # a module reloaded defines the factory anew, same name
+        return Toy()
+
+    reloaded.__qualname__ = first.__qualname__
+    register_encoder("toy_once")(reloaded)
+    assert base._REGISTRY["toy_once"] is reloaded
+
+    def other(spec: EncoderSpec) -> ECGEncoder:
+        return Toy()
+
+    with pytest.raises(RegistrationError, match="toy_once.*pick another name, or pass replace=True"):
+        register_encoder("toy_once")(other)
+    assert base._REGISTRY["toy_once"] is reloaded
+    register_encoder("toy_once", replace=True)(other)
+    assert base._REGISTRY["toy_once"] is other

@@ -1,5 +1,5 @@
 """The provenance audit's report section: the verdict table first, then Recover, the features that carry
-provenance, the figures, and the full tables (docs/protocol.md §12). report_sections.py registers it."""
+provenance, the figures, and the full tables (docs/protocol.md §12). Its registry entry is analysis.py."""
 
 from __future__ import annotations
 

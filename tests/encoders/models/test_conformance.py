@@ -12,10 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from raybench.core.config import MODELS
+from raybench.core.models import DEMO_WIDTH, INFO, MODELS
 from raybench.encoders.base import EncoderSpec, build_encoder
-
-DEMO_LAYERS = {"csfm": 6, "cardiac_fm": 6, "ecg_fm": 6, "ecg_jepa": 12, "hubert_ecg": 6, "st_mem": 12}
 
 
 def _records(n: int, fs: int = 500, seconds: float = 10.0) -> list[np.ndarray]:
@@ -32,11 +30,11 @@ def _records(n: int, fs: int = 500, seconds: float = 10.0) -> list[np.ndarray]:
 def test_demo_adapter_contract(name, profile):
     build = lambda seed: build_encoder(EncoderSpec(name, size="demo", profile=profile, init_seed=seed))  # noqa: E731
     a, b, c = build(3), build(3), build(4)
-    assert (a.name, a.n_layers, a.d) == (name, DEMO_LAYERS[name], 64)
+    assert (a.name, a.n_layers, a.d) == (name, INFO[name].demo_layers, DEMO_WIDTH)  # sizes from the registry
     assert not a.training and not any(p.requires_grad for p in a.parameters())
     x = torch.from_numpy(np.stack([a.preprocess(r, 500) for r in _records(3)]))
     s = a.layer_states(x)
-    assert s.shape == (a.n_layers, 3, 64) and torch.isfinite(s).all()
+    assert s.shape == (a.n_layers, 3, DEMO_WIDTH) and torch.isfinite(s).all()
     assert_seeded_and_deterministic(a, b, c, x, s)
 
 
