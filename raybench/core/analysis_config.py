@@ -233,7 +233,9 @@ class SecondaryConfig:
     intervention_ks: tuple[int, ...] = (1, 5)  # coordinates clamped per concept (published: 1 and 5)
     intervention_methods: tuple[str, ...] = ("dense", "pca", "sae", "random_rotation")  # published order
     intervention_arms: tuple[str, ...] = ("matched", "full")  # SAE candidates: a subset of d latents / all
-    rotation_seed: int = 20260720  # the random rotation of model i (sorted models) uses rotation_seed + i
+    # the random rotation of a model uses rotation_seed + its final layer's index among the grid's E = 8 groups
+    # (published: 20260724, 20260729, ..., 20260749; raybench.analysis.secondary.intervention.rotation_seeds)
+    rotation_seed: int = 20260720
     high_quantile: float = 0.75
     effect_cap: float = 0.25
     effect_floor: float = 0.05

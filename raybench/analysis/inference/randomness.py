@@ -190,7 +190,7 @@ def write_secondary_randomness(root: str | Path, protocol: Protocol, scfg: Any, 
         "intervention_bootstrap": bootstrap(scfg.intervention_bootstrap_seed(protocol, cohort)),
         "harmonization_subset_seed": int(scfg.harmonization_subset_seed),
         "intervention_subset_seed": int(scfg.subset_seed),
-        # the random rotation of model i (sorted run models), when the design holds that method (§9.4)
+        # the base of the random rotations' seeds (+ each final layer's group index), when the design holds them (§9.4)
         "intervention_rotation_seed": int(scfg.rotation_seed) if "random_rotation" in scfg.intervention_methods
         else None,
     })

@@ -20,6 +20,7 @@ comparison (intervention_stats.py). Ineligible concepts stay in the denominator 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,7 @@ from raybench.analysis.secondary.matched_effect import (
 from raybench.analysis.secondary.ridge import ridge_readout
 from raybench.cohorts.panel import concept_families
 from raybench.core.config import EvalProtocol, Protocol
+from raybench.core.protocol import analysis_order, layer_for_depth
 from raybench.core.sufficient_stats import per_patient_sums
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,21 @@ def pca_basis(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = x_train.mean(axis=0)
     _, _, vt = np.linalg.svd(x_train - mean, full_matrices=False)
     return mean, vt
+
+
+def rotation_seeds(base: int, n_layers: Mapping[str, int], depths: Sequence[float]) -> dict[str, int]:
+    """{model: seed of its random rotation}: base + the index of the model's final-layer group among every
+    E = 8 (model, layer) group of the grid, models in analysis_order, each model's distinct layers at the
+    grid depths in depth order (the published manifest's task order: scripts/run_final_layer_matched_effect_worker.py
+    seeds with --random-seed + the group's index, so the six final layers get 20260724, 20260729, ..., 20260749;
+    docs/protocol.md §9.4). A model whose final layer is not audited gets the index after its last group."""
+    out, index = {}, 0
+    for model in analysis_order(n_layers):
+        layers = list(dict.fromkeys(layer_for_depth(q, n_layers[model]) for q in depths))
+        final = n_layers[model] - 1
+        out[model] = base + index + (layers.index(final) if final in layers else len(layers))
+        index += len(layers)
+    return out
 
 
 def random_rotation(d: int, seed: int) -> np.ndarray:
@@ -247,11 +264,15 @@ def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig
                                       protocol.inference.chunk_draws, protocol.inference.stream))
     task = ray.remote(num_cpus=1)(intervene_model)
     ci = (protocol.inference.ci_low, protocol.inference.ci_high)
+    grid_cells = pd.read_parquet(layout.cells_table, columns=["model", "n_layers"])
+    grid_cells = grid_cells[grid_cells["model"].isin(protocol.grid.models)]
+    seeds = rotation_seeds(scfg.rotation_seed, grid_cells.groupby("model")["n_layers"].first().astype(int).to_dict(),
+                           protocol.grid.depths)
     refs = []
-    for i, ((model, layer), sub) in enumerate(cells.groupby(["model", "layer"], sort=True)):
+    for (model, layer), sub in cells.groupby(["model", "layer"], sort=True):
         units = [(int(s), d) for s, d in zip(sub["seed"], sub["cell_dir"], strict=True)]
         refs.append(task.remote(str(layout.root), protocol.eval, scfg, model, int(layer), units, counts, ci,
-                                scfg.rotation_seed + i))
+                                seeds[model]))
     parts = ray.get(refs)
     tables = {name: pd.concat([p[name] for p in parts], ignore_index=True) for name in parts[0]}
     tables["intervention_contrasts"]["q_value_bh"] = bh_family(tables["intervention_contrasts"])
