@@ -14,8 +14,19 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
+import scipy.sparse as sp
 
-from raybench.analysis.secondary.intervention import rotation_seeds
+from raybench.analysis.secondary import SecondaryConfig
+from raybench.analysis.secondary.estimators import feature_concept_corr, rank_features
+from raybench.analysis.secondary.intervention import candidate_subsets, rotation_seeds
+from raybench.analysis.secondary.intervention_design import candidate_pool, masked_corr, pool_subsets, quality_pass
+from raybench.analysis.secondary.matched_effect import (
+    RECORD_METRICS,
+    centroid_intervention,
+    common_effect,
+    record_metrics,
+)
 from raybench.cohorts.manifest import RECORD_ORDER
 from raybench.cohorts.mimic_pool import published_order
 from raybench.cohorts.split import mimic_split
@@ -85,3 +96,87 @@ def test_rotation_seeds_are_the_final_layer_group_index():
     assert rotation_seeds(20260720, {m: n_layers[m] for m in reversed(grid_order)}, PAPER.grid.depths) == got
     old = {m: 20260720 + i for i, m in enumerate(sorted(n_layers))}  # before: 20260720 + i
     assert all(old[m] != got[m] for m in n_layers)
+
+
+# ---------------------------------------------------------------- item 2: the MIMIC intervention design
+
+def test_mimic_design_settings_are_the_published_workers():
+    meta = FIX["intervention"]
+    design = SecondaryConfig().intervention_design("mimic")
+    assert design.subset_seed == meta["seed_base"] == 976000
+    assert design.intervention_ks == (meta["k"],) and design.intervention_methods == tuple(meta["methods"])
+    assert design.intervention_arms == ("matched",) and design.candidate_subsets == meta["budget_replicates"]
+    assert design.min_validation_r2 == meta["min_validation_r2"]
+    assert (design.min_live_latents or 768) == meta["min_validation_live_features"]
+    assert tuple(meta["metrics"]) == RECORD_METRICS
+    assert SecondaryConfig().intervention_design("ptbxl") == SecondaryConfig()  # PTB-XL keeps its design
+
+
+def test_candidate_subsets_and_pools_match_the_published_draws():
+    z = sp.csc_matrix(IN["iv_z_train"])
+    n, budget, reps = z.shape[1], IN["iv_subsets_all"].shape[1], len(IN["iv_subsets_all"])
+    pool = candidate_pool(z, "train_live")
+    np.testing.assert_array_equal(pool, IN["iv_pool"])
+    np.testing.assert_array_equal(candidate_pool(z, "all"), np.arange(n))
+    got_all = pool_subsets(np.arange(n), n, budget, reps, 976000)
+    np.testing.assert_array_equal(np.stack(got_all), IN["iv_subsets_all"])
+    np.testing.assert_array_equal(np.stack(pool_subsets(pool, n, budget, reps, 976000)), IN["iv_subsets_live"])
+    old = candidate_subsets(n, budget, reps, 960000)  # before: the PTB-XL seed base on MIMIC
+    assert not any(np.array_equal(a, b) for a, b in zip(old, got_all, strict=True))
+
+
+def test_masked_correlations_and_rankings_match_the_published_worker():
+    y = IN["iv_y_train"].astype(np.float64)
+    dense = masked_corr(IN["iv_x_train"], y)
+    sae = masked_corr(sp.csc_matrix(IN["iv_z_train"]), y)
+    np.testing.assert_allclose(dense, IN["iv_dense_corr"], rtol=0, atol=1e-6)  # published: float32
+    np.testing.assert_allclose(sae, IN["iv_sae_corr"], rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(rank_features(dense), IN["iv_dense_ranking"])
+    for r, cand in enumerate(IN["iv_subsets_all"]):
+        np.testing.assert_array_equal(rank_features(sae, cand), IN[f"iv_sae_ranking_{r}"])
+    old = feature_concept_corr(IN["iv_x_train"], np.nan_to_num(y))  # before: missing values at 0
+    assert np.max(np.abs(old - IN["iv_dense_corr"])) > 0.01
+
+
+def test_designs_and_record_metrics_match_the_published_worker():
+    y = IN["iv_y_train"].astype(np.float64)
+    fams = ["rate_rhythm", "interval", "interval", "interval", "amplitude", "st_t", "st_t"]  # CONCEPT_SPECS
+    x = {s: IN[f"iv_x_{s}"] for s in ("train", "val", "test")}
+    z = {s: IN[f"iv_z_{s}"] for s in ("train", "val", "test")}
+    k, eye = FIX["intervention"]["k"], np.eye(x["train"].shape[1])
+    dense_rank = rank_features(masked_corr(x["train"], y))
+    sae_corr = masked_corr(z["train"], y)
+    want, status, i = IN["iv_record_metrics"], FIX["intervention"]["design_status"], 0
+    n_eligible = 0
+    for r, cand in enumerate(IN["iv_subsets_all"]):
+        sae_rank = rank_features(sae_corr, cand)
+        for t in range(y.shape[1]):
+            units = {"dense": centroid_intervention(x["train"][:, dense_rank[:k, t]], y[:, t],
+                                                    x["val"][:, dense_rank[:k, t]], x["test"][:, dense_rank[:k, t]],
+                                                    eye[dense_rank[:k, t]], IN["iv_coef"], dense_rank[:k, t]),
+                     "sae": centroid_intervention(z["train"][:, sae_rank[:k, t]], y[:, t],
+                                                  z["val"][:, sae_rank[:k, t]], z["test"][:, sae_rank[:k, t]],
+                                                  IN["iv_basis"][sae_rank[:k, t]], IN["iv_coef"], sae_rank[:k, t])}
+            common, st = common_effect({m: u.val_effect(t) for m, u in units.items()})
+            for m in ("dense", "sae"):
+                _, _, m_name, pub_status, pub_common, pub_effect = status[i].split(":")
+                assert m_name == m and pub_status == st, (r, t, m)
+                assert units[m].val_effect(t) == pytest.approx(float(pub_effect), rel=1e-5, abs=1e-7)
+                if st == "eligible":
+                    assert common == pytest.approx(float(pub_common), rel=1e-5)
+                    got = record_metrics(units[m], t, fams, common / units[m].val_effect(t))
+                    np.testing.assert_allclose(got, want[i], rtol=2e-5, atol=2e-7)
+                    n_eligible += 1
+                else:
+                    assert np.isnan(want[i]).all()
+                i += 1
+    assert i == len(status) and n_eligible >= 8
+
+
+def test_quality_gate_is_the_published_matched_live_capacity():
+    ex = FIX["intervention"]["quality_example"]
+    metrics = {"val_r2": 0.93, "val_dead_fraction": 0.85, "gate_pass": False}  # the generator's example
+    assert quality_pass(metrics, 6144, "matched_live_capacity", 0.9, 768) is ex["pass"] is True
+    assert ex["validation_live_features"] == round(6144 * 0.15)
+    assert quality_pass(metrics, 6144, "matched_live_capacity", 0.9, 923) is False
+    assert quality_pass(metrics, 6144, "training_metrics", 0.9, 768) is False  # the cell's own gate

@@ -89,9 +89,9 @@ def test_three_analyses_write_tables_and_figures(tiny_run):
     root, cfg, tables = tiny_run
     layout = RunLayout.at(root)
     for name in ("calibration", "calibration_depth", "calibration_paired", "calibration_margin", "calibration_order",
-                 "calibration_concepts", "harmonization", "harmonization_contrasts", "harmonization_rank",
-                 "harmonization_concepts", "intervention", "intervention_contrasts", "intervention_concepts",
-                 "intervention_designs"):
+                 "calibration_ranges", "calibration_concepts", "harmonization", "harmonization_contrasts",
+                 "harmonization_rank", "harmonization_concepts", "intervention", "intervention_contrasts",
+                 "intervention_concepts", "intervention_designs"):
         assert name in tables, name
         assert (layout.tables_dir / f"{name}.parquet").exists() and (layout.tables_dir / f"{name}.csv").exists()
         pd.testing.assert_frame_equal(pd.read_parquet(layout.tables_dir / f"{name}.parquet"), tables[name])
@@ -116,8 +116,25 @@ def test_three_analyses_write_tables_and_figures(tiny_run):
     concepts = tables["calibration_concepts"]
     assert len(concepts) == 2 * 2 * (2 + 2 * 4 + SCFG.random_dictionaries) * concepts["concept"].nunique()
 
+    # the ranges over models the paper quotes (issue 42 item 5), from the per-model margins
+    ranges, margin = tables["calibration_ranges"].set_index("quantity"), tables["calibration_margin"]
+    assert list(tables["calibration_ranges"].columns) == ["quantity", "low", "high", "n_models"]
+    assert ranges.at["sae_ridge_retention", "low"] == margin["sae_ridge_retention"].min()
+    assert ranges.at["sae_minus_random_by_depth", "high"] == margin["max_depth_margin"].max()
+    assert ranges.at["sae_single_win_rate", "low"] == margin["win_rate"].min()
+    assert (ranges["n_models"] == len(MODELS)).all()
+
     harm = tables["harmonization"]
     assert set(harm["protocol"]) == {"native", "lead", "temporal", "joint"}
+    # the published model-level outputs: median |r| and sign consistency of the single coordinates (item 5)
+    hc = tables["harmonization_concepts"]
+    by = hc.groupby(["model", "protocol"])
+    want_median = by["test_abs_r"].median()
+    want_sign = by.apply(lambda g: float(np.mean(g["train_r"] * g["test_r"] > 0)), include_groups=False)
+    got = harm.set_index(["model", "protocol"])
+    np.testing.assert_allclose(got["median_abs_r"], want_median.loc[got.index], rtol=1e-12)
+    np.testing.assert_array_equal(got["sign_consistency"], want_sign.loc[got.index])
+    assert ((harm["sign_consistency"] >= 0) & (harm["sign_consistency"] <= 1)).all()
     native = harm[harm["protocol"] == "native"]
     assert np.allclose(native["cka_to_native"], 1.0)
     # ECG-FM keeps 5 s of the 10-s record natively: the temporal protocols give it another input
@@ -134,6 +151,9 @@ def test_three_analyses_write_tables_and_figures(tiny_run):
 
     inter = tables["intervention"]  # the published design: 4 methods x 2 candidate arms x k in (1, 5)
     assert set(inter["method"]) == set(SCFG.intervention_methods) == {"dense", "pca", "sae", "random_rotation"}
+    ok_rows = inter.dropna(subset=["off_all_rms"])  # off_max_abs (item 5): at least the off-target RMS
+    assert len(ok_rows) and (ok_rows["off_max_abs"] >= ok_rows["off_all_rms"] - 1e-12).all()
+    assert "off_max_abs" in tables["intervention_concepts"].columns
     assert (inter["concepts_total"] == len(cfg_concepts(root))).all()
     assert set(zip(inter["arm"], inter["k"], strict=True)) == {(a, k) for a in ("matched", "full") for k in (1, 5)}
     keys = ["model", "arm", "k", "method"]
