@@ -72,7 +72,7 @@ MANIFEST_QUARANTINE_COLUMNS = ("ecg_id", "path", "reason", "detail")  # quaranti
 RECORD_ORDER = "record_order"
 """Optional int64 manifest column: each record's position in the order the published scripts list the cohort's
 records (MIMIC-IV-ECG: ascending sha256 rank, raybench.cohorts.mimic_pool.published_order). The selection draw
-picks positions in that order (raybench.sae.data.selection_ecg_ids; docs/protocol.md §2.5); without it the
+picks positions in that order (raybench.sae.data.selection_ecg_ids; docs/protocol.md §2.3); without it the
 order is ascending ecg_id (PTB-XL's published train order). Part of the manifest hash when present."""
 
 

@@ -233,6 +233,36 @@ def test_demo_intervention_design_is_sae_against_dense(tiny_run):
     assert (mine["concepts_paired"] >= same.loc[mine.index, "concepts_paired"]).all()
 
 
+@pytest.mark.slow
+def test_mimic_design_runs_the_published_mimic_workers_design(tiny_run):
+    """Issue 42 item 2: on MIMIC-IV-ECG (intervention_design("mimic"), mimic=True) dense vs SAE at k = 5 in the
+    matched arm over every record, each seed marked by its quality gate; a failed gate empties the primary set."""
+    from raybench.analysis.secondary import calibration_cells
+    from raybench.analysis.secondary.estimators import bootstrap_counts
+    from raybench.analysis.secondary.intervention import intervene_model
+
+    root, cfg, _ = tiny_run
+    cells = calibration_cells(root, cfg.protocol)
+    model, sub = next(iter(cells[cells["layer"] == cells["n_layers"] - 1].groupby("model")))
+    units = [(int(s), d) for s, d in zip(sub["seed"], sub["cell_dir"], strict=True)]
+    counts = bootstrap_counts(len(_test_patients(root, cfg)), 100, 7, 100, "chunked")
+    scfg = SCFG.intervention_design("mimic")
+    assert (scfg.intervention_methods, scfg.intervention_ks, scfg.subset_seed) == (("dense", "sae"), (5,), 976000)
+    out = intervene_model(root, cfg.protocol.eval, scfg, model, int(sub["layer"].iloc[0]), units, counts,
+                          (2.5, 97.5), 0, mimic=True)
+    designs, summary = out["intervention_designs"], out["intervention"]
+    assert len(designs) == len(units) * SCFG.candidate_subsets * designs["concept"].nunique()
+    assert set(designs["k"]) == {5} and set(designs["arm"]) == {"matched"} and designs["sae_quality_pass"].all()
+    assert set(summary["method"]) == {"dense", "sae"} and "off_max_abs" in summary.columns
+    assert list(out["intervention_contrasts"]["comparison"].unique()) == ["sae_minus_dense"]
+    strict = dataclasses.replace(scfg, quality_gate="matched_live_capacity", min_live_latents=10**6)
+    failed = intervene_model(root, cfg.protocol.eval, strict, model, int(sub["layer"].iloc[0]), units, counts,
+                             (2.5, 97.5), 0, mimic=True)
+    assert not failed["intervention"]["sae_quality_pass"].any()
+    assert (failed["intervention"]["concepts_eligible"] == 0).all()
+    assert failed["intervention_contrasts"]["p_value"].isna().all()
+
+
 def _test_patients(root: Path, cfg) -> tuple[str, ...]:
     from raybench.cohorts.manifest import load_manifest
     from raybench.sae.data import evaluation_test_patients
