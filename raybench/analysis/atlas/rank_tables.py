@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from raybench.analysis.completeness import attach, counts, finish
 from raybench.analysis.inference import stats as st
 from raybench.analysis.inference.metrics import trapezoid_auc
 from raybench.analysis.inference.packed_stats import METRIC_NAMES
@@ -94,3 +95,19 @@ def rank_and_surface_tables(point: np.ndarray, draws: np.ndarray, ok: pd.DataFra
     surf = surf.sort_values(["model", "q", "expansion", "metric"], kind="stable", key=lambda c: c.map(order) if
                             c.name == "model" else (c.map(METRIC_NAMES.index) if c.name == "metric" else c))
     return {"rank_probabilities": pd.DataFrame(rows, columns=RANK_COLUMNS), "surface": surf.reset_index(drop=True)}
+
+
+def with_denominators(tables: dict[str, pd.DataFrame], grid: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The completeness columns (analysis.completeness): a rank row draws on the model's primary cells (at its E
+    for an E scope), a surface row on its model x depth x E seeds; grid: grid_frame's expected cells."""
+    prim = grid[grid.arm == "primary"]
+    by_model = {m: (int(e), int(p)) for m, e, p in counts(prim, ["model"]).itertuples(index=False)}
+    per_e = counts(prim, ["model", "expansion"]).itertuples(index=False)
+    by_e = {(m, int(x)): (int(e), int(p)) for m, x, e, p in per_e}
+    ranks = tables["rank_probabilities"]
+    pairs = [by_model.get(m, (0, 0)) if scope == "common_scale_auc" else by_e.get((m, int(scope[1:])), (0, 0))
+             for m, scope in zip(ranks.model, ranks.scope, strict=True)]
+    ranks = finish(ranks.assign(n_expected=[a for a, _ in pairs], n_present=[b for _, b in pairs]))
+    surface = attach(tables["surface"], counts(prim, ["model", "q", "expansion"]),
+                     {"model": "model", "q": "q", "expansion": "expansion"})
+    return {"rank_probabilities": ranks, "surface": surface}

@@ -17,7 +17,12 @@ import numpy as np
 import pandas as pd
 
 from raybench.analysis.atlas.paper_run import Crossed, paper_tables
-from raybench.analysis.atlas.rank_tables import profile_draws, published_draws, rank_and_surface_tables
+from raybench.analysis.atlas.rank_tables import (
+    profile_draws,
+    published_draws,
+    rank_and_surface_tables,
+    with_denominators,
+)
 from raybench.analysis.atlas.reproducibility import reproducibility_tables
 from raybench.analysis.completeness import AnalysisError, annotate_base, check_complete, grid_frame
 from raybench.analysis.inference import stats as st
@@ -283,7 +288,7 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
                             num_workers))
     out.update(_paper_numbers(layout, ok, point, out, models, cohort_kind, keys, sq))
     out["concept_intervals"] = _concept_intervals(stats, w_prof, prof_models, concepts, inf, num_workers, keys)
-    out.update(rank_and_surface_tables(point, draws, ok, w_prof, prof_models, models, inf))  # §8.2
+    out.update(with_denominators(rank_and_surface_tables(point, draws, ok, w_prof, prof_models, models, inf), keys))
     for name, df in out.items():
         df = df.reset_index(drop=True)
         out[name] = df

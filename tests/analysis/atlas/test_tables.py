@@ -178,12 +178,16 @@ def test_planted_best_model_ranks_first(analyzed):
 def test_rank_probabilities_and_surface_intervals(analyzed):
     """Issue 42 item 4: the published summary's rank table per scope and the model x depth x E intervals."""
     from raybench.analysis.atlas.rank_tables import RANK_COLUMNS, SURFACE_COLUMNS
+    from raybench.analysis.completeness import DENOM_COLUMNS
 
     root, out = analyzed
     tables = RunLayout.at(root).tables_dir
     ranks, surf = out["rank_probabilities"], out["surface"]
-    assert list(ranks.columns) == RANK_COLUMNS and list(surf.columns) == SURFACE_COLUMNS
-    assert list(pd.read_parquet(tables / "surface.parquet").columns) == SURFACE_COLUMNS
+    assert list(ranks.columns) == [*RANK_COLUMNS, *DENOM_COLUMNS]
+    assert list(surf.columns) == [*SURFACE_COLUMNS, *DENOM_COLUMNS]
+    assert list(pd.read_parquet(tables / "surface.parquet").columns) == [*SURFACE_COLUMNS, *DENOM_COLUMNS]
+    assert not ranks.short_denominator.any() and not surf.short_denominator.any()
+    assert set(surf.n_expected) == {2} and set(ranks[ranks.scope == "E1"].n_expected) == {2 * 2}
     assert set(ranks.scope) == {"common_scale_auc", "E1", "E4"} and len(ranks) == 3 * 3 * len(MODELS)
     common = ranks[ranks.scope == "common_scale_auc"].set_index(["metric", "model"])
     prof = out["profiles"].set_index(["metric", "model"])
