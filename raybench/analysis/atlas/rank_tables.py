@@ -71,25 +71,26 @@ def rank_and_surface_tables(point: np.ndarray, draws: np.ndarray, ok: pd.DataFra
     prim = cells[cells.arm == "primary"].sort_values(["q", "seed"], kind="stable")
     es = sorted(int(e) for e in prim.expansion.unique())
     prof, scales = profile_draws(draws, w_prof, prof_models, inf, ok)
+    by_me = {(m, int(e)): g.index.to_numpy() for (m, e), g in prim.groupby(["model", "expansion"], sort=False)}
+    have = [m for m in models if all((m, e) in by_me for e in es)]  # the models at every E
     rows: list[tuple] = []
     for k, metric in enumerate(METRIC_NAMES):
         if prof_models:
             rows += rank_rows(metric, "common_scale_auc", prof[k], prof_models, ties)
-        have = [m for m in models if all(((prim.model == m) & (prim.expansion == e)).any() for e in es)]
         for j, e in enumerate(es):
             if scales[k] is not None:
                 per_e = scales[k][:, [prof_models.index(m) for m in have], j]
             else:
-                per_e = np.stack([_cell_mean(stored[:, :, k], prim.index[(prim.model == m) & (prim.expansion == e)]
-                                             .to_numpy()) for m in have], axis=1)
+                per_e = np.stack([_cell_mean(stored[:, :, k], by_me[(m, e)]) for m in have], axis=1)
             rows += rank_rows(metric, f"E{e}", per_e, have, ties) if have else []
+    groups = [(key, g.sort_values("seed", kind="stable").index.to_numpy())
+              for key, g in prim.groupby(["model", "q", "expansion"], sort=False)]
     surface = []
-    for (m, q, e), g in prim.groupby(["model", "q", "expansion"], sort=False):
-        idx = g.sort_values("seed", kind="stable").index.to_numpy()
-        for k, metric in enumerate(METRIC_NAMES):
-            lo, hi = st.percentile_ci(_cell_mean(stored[:, :, k], idx)[:, None], inf.ci_low, inf.ci_high)
-            surface.append((m, float(q), int(e), metric, float(point[idx, k].mean()), float(lo[0]), float(hi[0]),
-                            len(idx)))
+    for k, metric in enumerate(METRIC_NAMES):  # one percentile call per metric over every group's draws
+        means = np.stack([_cell_mean(stored[:, :, k], idx) for _, idx in groups], axis=1) if groups else None
+        lo, hi = st.percentile_ci(means, inf.ci_low, inf.ci_high) if groups else ([], [])
+        surface += [(m, float(q), int(e), metric, float(point[idx, k].mean()), float(lo[g]), float(hi[g]), len(idx))
+                    for g, ((m, q, e), idx) in enumerate(groups)]
     order = {m: i for i, m in enumerate(models)}
     surf = pd.DataFrame(surface, columns=SURFACE_COLUMNS)
     surf = surf.sort_values(["model", "q", "expansion", "metric"], kind="stable", key=lambda c: c.map(order) if
