@@ -15,6 +15,9 @@ change, cross-family and all off-target RMS, state L2 and the wrong-behavior ind
 |target change|, averaged over eligible subsets and then seeds. Paired patient bootstrap of SAE minus each
 other method over the concepts eligible in every seed, BH per metric over every model x arm x k x
 comparison (intervention_stats.py). Ineligible concepts stay in the denominator of the selective fraction.
+On MIMIC-IV-ECG the published MIMIC workers' design runs instead (docs/protocol.md §9.4.1; intervention_design.py):
+dense vs SAE at k = 5 over every record with NaN-masked labels, subsets from 976000, an SAE quality gate per seed.
+Rotation seeds: rotation_seeds (the final layer's group index among the E = 8 groups, as published).
 """
 
 from __future__ import annotations
