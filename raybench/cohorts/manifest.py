@@ -69,6 +69,11 @@ META_HASH = b"raybench.manifest_hash"
 BASE_COLUMNS: tuple[str, ...] = ("ecg_id", "patient_id", "split", "site", "device", "path", "fs", "n_samples")
 STD_FLOOR = 1e-6
 MANIFEST_QUARANTINE_COLUMNS = ("ecg_id", "path", "reason", "detail")  # quarantine.csv
+RECORD_ORDER = "record_order"
+"""Optional int64 manifest column: each record's position in the order the published scripts list the cohort's
+records (MIMIC-IV-ECG: ascending sha256 rank, raybench.cohorts.mimic_pool.published_order). The selection draw
+picks positions in that order (raybench.sae.data.selection_ecg_ids; docs/protocol.md §2.3); without it the
+order is ascending ecg_id (PTB-XL's published train order). Part of the manifest hash when present."""
 
 
 class ManifestError(RaybenchError, ValueError):
@@ -147,6 +152,8 @@ def manifest_hash(df: pd.DataFrame) -> str:
         x = df[f"raw_{c}"].to_numpy(np.float64)
         x = np.where(np.isfinite(x), x + 0.0, np.nan)
         h.update(np.ascontiguousarray(x).tobytes())
+    if RECORD_ORDER in df.columns:  # the published record order the selection draw runs over (MIMIC)
+        h.update(b"record_order" + np.ascontiguousarray(df[RECORD_ORDER].to_numpy(np.int64)).tobytes())
     return h.hexdigest()[:16]
 
 

@@ -26,11 +26,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raybench.cohorts.manifest import finish_manifest
+from raybench.cohorts.manifest import RECORD_ORDER, finish_manifest
 from raybench.cohorts.mimic_pool import (
     RECORD_POOLS,
     SELECTION_SALT,
     check_studies,
+    published_order,
     published_pool,
     select_studies,
 )
@@ -59,7 +60,8 @@ def build_mimic_manifest(root: str | Path, out_dir: str | Path, max_records: int
     concept_extractor: refined | published (raybench.cohorts.waveform_concepts); record_pool: all |
     published, with `admissions` (MIMIC-IV hosp/admissions.csv[.gz]) for the ICD link (mimic_pool);
     rate_concept: rr_mean_ms | heart_rate_bpm (60000 / RR, the published MIMIC run's; raybench.cohorts.panel).
-    Writes out_dir/manifest.parquet (ordered by ecg_id = study_id), summary.json (aggregates only) and
+    Writes out_dir/manifest.parquet (ordered by ecg_id = study_id; column record_order: the published
+    records.csv order the selection draw runs over, mimic_pool.published_order), summary.json (aggregates only) and
     quarantine.csv (ecg_id, path, reason, detail). The manifest and quarantine hold record-level
     identifiers and stay in the user's environment (see module doc). Returns the manifest path.
     """
@@ -98,6 +100,7 @@ def build_mimic_manifest(root: str | Path, out_dir: str | Path, max_records: int
         "fs": np.full(len(good), FS, dtype=np.int64),
         "n_samples": np.full(len(good), N_SAMPLES, dtype=np.int64),
     }).sort_values("ecg_id", kind="stable").reset_index(drop=True)
+    records[RECORD_ORDER] = published_order(records["ecg_id"].to_numpy(np.int64))
     mm_cols: list[str] = []
     if mm is not None:
         matched = mm.reindex(records["ecg_id"])
@@ -118,7 +121,7 @@ def build_mimic_manifest(root: str | Path, out_dir: str | Path, max_records: int
         return {"machine_agreement": _agreement(df) if mm is not None else {}}
 
     return finish_manifest(out_dir, records, root, values, names, "waveform", quarantine, notes,
-                           summary, MIMIC_SPLIT_RULE, extra_columns=mm_cols, describe=describe)
+                           summary, MIMIC_SPLIT_RULE, extra_columns=[RECORD_ORDER, *mm_cols], describe=describe)
 
 
 def _agreement(df: pd.DataFrame) -> dict:

@@ -35,6 +35,18 @@ def selection_rank(study_id: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{SELECTION_SALT}:{study_id}".encode()).digest()[:8], "big")
 
 
+def published_order(study_ids: np.ndarray) -> np.ndarray:
+    """[n] int64: each study's position in the published records.csv order, ascending selection_rank (ties by
+    study_id). scripts/build_mimic_external_main_plan.py writes its pool in that order and
+    scripts/materialize_mimic_source_atlas.py keeps it, so the selection draw picks positions in it
+    (manifest column RECORD_ORDER; docs/protocol.md §2.3)."""
+    ids = np.asarray(study_ids, dtype=np.int64)
+    ranks = np.array([selection_rank(int(s)) for s in ids], dtype=np.uint64)
+    position = np.empty(len(ids), dtype=np.int64)
+    position[np.lexsort((ids, ranks))] = np.arange(len(ids))
+    return position
+
+
 def select_studies(rl: pd.DataFrame, max_records: int | None) -> pd.DataFrame:
     """All studies, or the `max_records` with the smallest selection_rank (reproducible, not the file head).
 

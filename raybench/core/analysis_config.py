@@ -5,7 +5,7 @@ config_hash. `raybench.core.config` re-exports every name (the config's one entr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from raybench.core.protocol import ConfigError, check_positive, not_a_choice
@@ -233,13 +233,25 @@ class SecondaryConfig:
     intervention_ks: tuple[int, ...] = (1, 5)  # coordinates clamped per concept (published: 1 and 5)
     intervention_methods: tuple[str, ...] = ("dense", "pca", "sae", "random_rotation")  # published order
     intervention_arms: tuple[str, ...] = ("matched", "full")  # SAE candidates: a subset of d latents / all
-    rotation_seed: int = 20260720  # the random rotation of model i (sorted models) uses rotation_seed + i
+    # the random rotation of a model uses rotation_seed + its final layer's index among the grid's E = 8 groups
+    # (published: 20260724, 20260729, ..., 20260749; raybench.analysis.secondary.intervention.rotation_seeds)
+    rotation_seed: int = 20260720
     high_quantile: float = 0.75
     effect_cap: float = 0.25
     effect_floor: float = 0.05
     max_dose: float = 1.0
     candidate_subsets: int = 20
     subset_seed: int = 960000
+    # on MIMIC-IV-ECG (cohort.kind mimic), the published MIMIC workers' design instead (docs/protocol.md §9.4.1):
+    # dense vs SAE, k = 5, the matched arm with subsets seeded from mimic_subset_seed, every record with its missing
+    # labels (NaN-masked correlations on the whole train split, a masked ridge per concept, finite-label centroids),
+    # the candidate pool and the SAE quality gate below; False: the design above on every cohort
+    mimic_design: bool = True
+    mimic_subset_seed: int = 976000
+    candidate_pool: str = "all"  # all | train_live: the latents subsets are drawn from (MIMIC design)
+    quality_gate: str = "training_metrics"  # training_metrics (the cell's gate_pass) | matched_live_capacity
+    min_validation_r2: float = 0.90  # matched_live_capacity: validation R^2 at least this
+    min_live_latents: int | None = None  # matched_live_capacity: live latents at least this; None: d (768)
     # under eval.missing_concepts complete_case: True (published) fits and selects calibration and intervention on
     # the complete-case train records, with the selection subset drawn among them; False (raybench's) reuses the
     # atlas's train split and selection subset, missing concepts at 0 (docs/protocol.md §9.6)
@@ -269,6 +281,13 @@ class SecondaryConfig:
                 tuple(m for m in methods if m in self.intervention_methods) != self.intervention_methods:
             raise ConfigError(f"intervention_methods must hold dense and sae, in the order {methods}, "
                              f"got {list(self.intervention_methods)}")
+        if self.candidate_pool not in ("all", "train_live"):
+            raise ConfigError(f"secondary.candidate_pool must be all or train_live, got {self.candidate_pool!r}")
+        if self.quality_gate not in ("training_metrics", "matched_live_capacity"):
+            raise ConfigError(f"secondary.quality_gate must be training_metrics or matched_live_capacity, "
+                              f"got {self.quality_gate!r}")
+        if self.min_live_latents is not None and self.min_live_latents < 1:
+            raise ConfigError(f"secondary.min_live_latents must be None or >= 1, got {self.min_live_latents}")
         if not self.intervention_arms or not set(self.intervention_arms) <= {"matched", "full"}:
             raise ConfigError(f"intervention_arms must be matched and/or full, got {list(self.intervention_arms)}")
         if not 0 < self.effect_floor <= self.effect_cap or self.max_dose <= 0:
@@ -285,10 +304,23 @@ class SecondaryConfig:
         """Laptop-sized: re-encoding is the only costly part, so only its record counts shrink. The secondary
         bootstraps reuse the run's patient draws (protocol.inference.seed), the ladder and interventions the
         atlas's selection subset, and the interventions compare SAE and dense coordinates only (k = 5, subsets
-        of d latents): raybench's rules."""
+        of d latents) on every cohort, MIMIC-IV-ECG included (mimic_design False): raybench's rules."""
         return cls(harmonization_train_records=96, harmonization_test_patients=32, harmonization_seed=None,
                    intervention_seed=None, mimic_intervention_seed=None, complete_case_train=False,
-                   intervention_ks=(5,), intervention_methods=("dense", "sae"), intervention_arms=("matched",))
+                   intervention_ks=(5,), intervention_methods=("dense", "sae"), intervention_arms=("matched",),
+                   mimic_design=False)
+
+    def uses_mimic_design(self, cohort: str) -> bool:
+        """The published MIMIC workers' design runs (cohort: cfg.cohort.kind)."""
+        return self.mimic_design and cohort == "mimic"
+
+    def intervention_design(self, cohort: str) -> SecondaryConfig:
+        """These settings with the intervention design of `cohort`: on MIMIC-IV-ECG (mimic_design) dense vs SAE
+        at k = 5 in the matched arm, subsets from mimic_subset_seed (docs/protocol.md §9.4.1)."""
+        if not self.uses_mimic_design(cohort):
+            return self
+        return replace(self, intervention_methods=("dense", "sae"), intervention_ks=(5,),
+                       intervention_arms=("matched",), subset_seed=self.mimic_subset_seed)
 
     def draws(self, protocol: Protocol) -> int:
         return self.bootstrap_draws or protocol.inference.patient_draws

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 
+from raybench.cohorts.manifest import RECORD_ORDER
 from raybench.cohorts.split import SPLITS
 from raybench.core.config import EvalProtocol
 from raybench.core.protocol import check_choices
@@ -79,11 +80,18 @@ def selection_ecg_ids(manifest: pd.DataFrame, eval_cfg: EvalProtocol) -> np.ndar
     ecg_id within the split; choice over an array draws positions, so drawing from the ascending train ecg_ids
     with the same generator call picks the same records (eval.selection_seed; paper: 20260714). As published,
     a train split of at most selection_records records is used whole (docs/protocol.md §7.3). Pinned by
-    tests/parity/test_parity_sae.py.
+    tests/parity/test_parity_sae.py. A manifest with a RECORD_ORDER column (MIMIC-IV-ECG: the published
+    records.csv order, ascending sha256 rank) is drawn over in that order instead (docs/protocol.md §2.3);
+    pinned by tests/parity/test_parity_mimic.py.
     """
-    train_ids = np.sort(manifest.loc[manifest["split"] == "train", "ecg_id"].to_numpy(np.int64))
+    train = manifest.loc[manifest["split"] == "train"]
+    if RECORD_ORDER in train.columns:
+        train = train.sort_values(RECORD_ORDER, kind="stable")
+        train_ids = train["ecg_id"].to_numpy(np.int64)
+    else:
+        train_ids = np.sort(train["ecg_id"].to_numpy(np.int64))
     if len(train_ids) <= eval_cfg.selection_records:
-        return train_ids
+        return np.sort(train_ids)
     rng = np.random.default_rng(eval_cfg.selection_seed)
     return np.sort(rng.choice(train_ids, size=eval_cfg.selection_records, replace=False))
 

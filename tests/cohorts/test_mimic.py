@@ -124,8 +124,12 @@ def test_manifest_format(built, mimic_root):
     root, truth = mimic_root
     expected = list(BASE_COLUMNS) + [f"raw_{c}" for c in WAVEFORM_CONCEPTS] + list(WAVEFORM_CONCEPTS)
     assert list(df.columns[: len(expected)]) == expected
-    assert [c for c in df.columns[len(expected):]] == [f"mm_{c}" for c in MM_COLUMNS]
+    assert [c for c in df.columns[len(expected):]] == ["record_order"] + [f"mm_{c}" for c in MM_COLUMNS]
     assert df["ecg_id"].dtype == np.int64 and df["ecg_id"].is_monotonic_increasing and df["ecg_id"].is_unique
+    # record_order: the published records.csv order, ascending sha256("mimic-main-v1:" + study_id) (issue 42)
+    ranked = sorted(df["ecg_id"], key=lambda s: selection_rank(int(s)))
+    assert df.sort_values("record_order")["ecg_id"].tolist() == ranked
+    assert sorted(df["record_order"]) == list(range(len(df))) and ranked != sorted(ranked)
     assert df["patient_id"].map(type).eq(str).all()
     for c in WAVEFORM_CONCEPTS:
         assert df[f"raw_{c}"].dtype == np.float64 and df[c].dtype == np.float32

@@ -105,7 +105,7 @@ def _raybench_contrasts() -> pd.DataFrame:
     arms = ("matched_768", "full_6144")
     parts = []
     for model in ("CSFM", "ECG-FM"):
-        metrics = IN[f"bh_{model}_metrics"][..., [0, 1, 2, 4]]  # raybench keeps no off_max_abs
+        metrics = IN[f"bh_{model}_metrics"]  # the published five record metrics, off_max_abs included
         avg, seeds_ok, matched = seed_average(metrics, IN[f"bh_{model}_effects"])
         observed, draws = observed_and_draws(avg, matched, IN["bh_patient_counts"], IN["bh_weights"])
         part = paired_contrasts(observed, draws, seeds_ok, metrics.shape[0], arms, (1, 5), METHODS, COMPARISONS,

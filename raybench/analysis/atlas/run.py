@@ -17,6 +17,12 @@ import numpy as np
 import pandas as pd
 
 from raybench.analysis.atlas.paper_run import Crossed, paper_tables
+from raybench.analysis.atlas.rank_tables import (
+    profile_draws,
+    published_draws,
+    rank_and_surface_tables,
+    with_denominators,
+)
 from raybench.analysis.atlas.reproducibility import reproducibility_tables
 from raybench.analysis.completeness import AnalysisError, annotate_base, check_complete, grid_frame
 from raybench.analysis.inference import stats as st
@@ -73,16 +79,6 @@ DEPTH_SCALE_METRICS = [*METRIC_NAMES, "val_r2", "val_dead_fraction"]
 # ---------------------------------------------------------------- builders, one per table family
 
 
-def published_draws(draws: np.ndarray, ok: pd.DataFrame | None, models: list[str],
-                    inf: InferenceProtocol) -> list[np.ndarray | None]:
-    """Per metric, the per-E patient-bootstrap draws [D, M, E] in the published summary's arithmetic
-    (stats.published_scale_draws) under the published stream on a complete grid; None otherwise."""
-    if ok is None or inf.stream != "published" or not models:
-        return [None] * len(METRIC_NAMES)
-    es = sorted(int(e) for e in ok.expansion.unique())
-    return [st.published_scale_draws(draws[:, :, k], ok, models, es) for k in range(len(METRIC_NAMES))]
-
-
 def profile_tables(point: np.ndarray, draws: np.ndarray, w_prof: np.ndarray, models: list[str],
                    inf: InferenceProtocol, cohort_kind: str,
                    ok: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -92,12 +88,7 @@ def profile_tables(point: np.ndarray, draws: np.ndarray, w_prof: np.ndarray, mod
     rounding, which decides ties of quantized metrics: p, rank probabilities); that stream also ranks tied
     models as the summary does (stats.published_ranks), the chunked one shares rank 1 between them."""
     prof_point = point.T @ w_prof  # [3, M]
-    prof_draws = np.einsum("dck,cm->kdm", draws, w_prof)  # [3, D, M]
-    for k, scale in enumerate(published_draws(draws, ok, models, inf)):
-        if scale is not None:
-            es = sorted(int(e) for e in ok.expansion.unique())
-            prof_draws[k] = np.stack([trapezoid_auc(np.ascontiguousarray(scale[:, i, :].T), es, axis=0)
-                                      for i in range(len(models))], axis=1)
+    prof_draws, _ = profile_draws(draws, w_prof, models, inf, ok)  # [3, D, M]
     ties = "published" if inf.stream == "published" else "shared"  # rank ties within a draw (§8.2)
     prof_rows, con_rows = [], []
     for k, metric in enumerate(METRIC_NAMES):
@@ -297,6 +288,7 @@ def analyze_run(root: Path, protocol: Protocol, num_workers: int | None = None, 
                             num_workers))
     out.update(_paper_numbers(layout, ok, point, out, models, cohort_kind, keys, sq))
     out["concept_intervals"] = _concept_intervals(stats, w_prof, prof_models, concepts, inf, num_workers, keys)
+    out.update(with_denominators(rank_and_surface_tables(point, draws, ok, w_prof, prof_models, models, inf), keys))
     for name, df in out.items():
         df = df.reset_index(drop=True)
         out[name] = df

@@ -77,8 +77,14 @@ BASE_SECTIONS = {s.id: s for s in (
     Section("contrasts", "Pairwise contrasts",
             "Paired bootstrap differences (model_a − model_b); p-values Benjamini–Hochberg adjusted within each "
             "metric family.", body=_contrasts_body, claims=("contrasts",), needs=("contrasts",)),
+    Section("ranks", "Rank probabilities",
+            "Per metric, over the patient-bootstrap draws of the common-scale AUC and of each E: mean and median "
+            "rank, probability of rank 1 and of the top 2 (the published summary's rank table).",
+            tables=("rank_probabilities",)),
     Section("curves", "Matched-scale curves", figures=("matched_scale_curves",), tables=("curves",)),
-    Section("depth", "Depth × scale", figures=("heatmap_*",), tables=("depth_scale",)),
+    Section("depth", "Depth × scale",
+            "Seed means per model × depth × E; `surface` adds each one's patient-bootstrap 95% interval.",
+            figures=("heatmap_*",), tables=("depth_scale", "surface")),
     Section("concepts", "Concept families", figures=("concept_families",), body=_concepts_body,
             claims=("concepts",), needs=("concepts",)),
     Section("stability", "Rank stability and sensitivity",

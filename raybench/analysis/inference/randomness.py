@@ -179,6 +179,7 @@ def write_secondary_randomness(root: str | Path, protocol: Protocol, scfg: Any, 
         return {"stream": inf.stream, "seed": int(seed), "draws": int(scfg.draws(protocol)),
                 "chunk_draws": int(inf.chunk_draws), "generator": GENERATORS[inf.stream]["patient"]}
 
+    design = scfg.intervention_design(cohort)
     path = RunLayout.at(root).randomness_dir / "secondary.json"
     write_json(path, {
         "analyses": list(scfg.analyses),
@@ -189,9 +190,10 @@ def write_secondary_randomness(root: str | Path, protocol: Protocol, scfg: Any, 
         "harmonization_bootstrap": bootstrap(scfg.harmonization_bootstrap_seed(protocol)),
         "intervention_bootstrap": bootstrap(scfg.intervention_bootstrap_seed(protocol, cohort)),
         "harmonization_subset_seed": int(scfg.harmonization_subset_seed),
-        "intervention_subset_seed": int(scfg.subset_seed),
-        # the random rotation of model i (sorted run models), when the design holds that method (§9.4)
-        "intervention_rotation_seed": int(scfg.rotation_seed) if "random_rotation" in scfg.intervention_methods
+        # the cohort's design (§9.4; MIMIC-IV-ECG: §9.4.1, subsets from 976000 and no rotation)
+        "intervention_subset_seed": int(design.subset_seed),
+        # the base of the random rotations' seeds (+ each final layer's group index), when the design holds them (§9.4)
+        "intervention_rotation_seed": int(design.rotation_seed) if "random_rotation" in design.intervention_methods
         else None,
     })
     return path

@@ -4,12 +4,14 @@
 row, as printed (docs/protocol.md §10). Columns:
 
 - source: where it is printed (table_1, table_2, table_s1, table_s2, table_s4, table_s5, appendix_d, appendix_e,
-  results = the results text, paper_facts = the protocol's generated facts beside the paper);
+  appendix_f (input harmonization text), appendix_g (matched-effect text), design (the benchmark design's cohort
+  counts), results = the results text, paper_facts = the protocol's generated facts beside the paper);
 - cohort: ptbxl or mimic (the run whose numbers the paper reports);
 - quantity, metric, model, axis, setting: what the number is (raybench's model and metric names; axis/setting
   name a row of a grouped table, e.g. expansion / 8 or depth / 0.25);
 - value: the number; decimals: how many decimals the paper prints (a run agrees when it rounds to it);
-- note: e.g. "approximate" where the paper says so (compared to two decimals).
+- note: e.g. "approximate" where the paper says so (compared to two decimals); the paper's file:line for the rows
+  of issue 42; "at most" / "at least" where the paper prints a bound (a run agrees when it keeps it: `bound`).
 
 Everything that shows a published value (the profiles' `published` column, the reproducibility AUCs, the
 `paper` columns of the paper-number tables, the report's "This run vs the paper") reads it from here.
@@ -67,9 +69,17 @@ def model_values(source: str, quantity: str, cohort: str = "ptbxl") -> dict[str,
     return out
 
 
-def agrees(ours: float, paper: float, decimals: int) -> bool:
+def bound(note: str) -> str:
+    """"at most" / "at least" when the note marks the printed number as a bound, else ""."""
+    return next((b for b in ("at most", "at least") if b in note), "")
+
+
+def agrees(ours: float, paper: float, decimals: int, kind: str = "") -> bool:
     """Does a run's value round to what the paper prints? (half a unit of the last printed decimal, plus float
-    slack; NaN never agrees)."""
+    slack; NaN never agrees). kind: "at most" / "at least" for a printed bound."""
     if not (np.isfinite(ours) and np.isfinite(paper)):
         return False
+    if kind:  # a bound (`bound`): kept up to half a printed unit
+        slack = 0.5 * 10.0 ** -decimals + 1e-12
+        return bool(ours <= paper + slack if kind == "at most" else ours >= paper - slack)
     return bool(abs(ours - paper) <= 0.5 * 10.0 ** -decimals + 1e-12)

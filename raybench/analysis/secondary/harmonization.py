@@ -29,14 +29,15 @@ from raybench.analysis.secondary import SecondaryConfig
 from raybench.analysis.secondary.estimators import (
     bootstrap_counts,
     draw_corr,
+    feature_concept_corr,
+    gather_columns,
     linear_cka,
     reconstruct_limb_leads,
-    single_coordinate_r,
     temporal_harmonize,
 )
 from raybench.cohorts.panel import concept_families
 from raybench.core.models import WINDOW_SECONDS
-from raybench.core.sufficient_stats import patient_stats
+from raybench.core.sufficient_stats import paired_corr, patient_stats
 
 if TYPE_CHECKING:
     from raybench.core.config import Protocol, RunConfig
@@ -139,16 +140,21 @@ def harmonization_tables(feats: dict[str, dict[str, tuple[np.ndarray, np.ndarray
         boot_abs, obs_abs = {}, {}
         native_test = feats[model]["native"][1]
         for protocol, (x_sel, x_te) in feats[model].items():
-            sel, r = single_coordinate_r(x_sel, y_sel, x_te, y_te)
+            r_sel = feature_concept_corr(x_sel, y_sel)
+            sel = np.abs(r_sel).argmax(axis=0)  # single_coordinate_r, keeping the train r of the pick
+            r = paired_corr(gather_columns(x_te, sel), y_te)
+            r_train = r_sel[sel, np.arange(len(sel))]
             boot_abs[protocol] = np.abs(draw_corr(counts, patient_stats(test_codes[model], n_pat, x_te[:, sel], y_te)))
             obs_abs[protocol] = np.abs(r)
             rows.append({"model": model, "protocol": protocol, "layer": layers[model],
                          "accessibility": float(np.abs(r).mean()),
+                         "median_abs_r": float(np.median(np.abs(r))),
+                         "sign_consistency": float(np.mean(r_train * r > 0)),
                          "coverage": float((np.abs(r) >= threshold).mean()),
                          "cka_to_native": linear_cka(native_test, x_te), "n_selection": int(x_sel.shape[0]),
                          "n_test": int(x_te.shape[0])})
             concept_rows.append(pd.DataFrame({"model": model, "protocol": protocol, "concept": list(names),
-                                              "family": fams, "selected": sel, "test_r": r,
+                                              "family": fams, "selected": sel, "train_r": r_train, "test_r": r,
                                               "test_abs_r": np.abs(r)}))
         for protocol in (p for p in feats[model] if p != "native"):
             obs = next(r for r in rows if r["model"] == model and r["protocol"] == protocol)

@@ -15,11 +15,16 @@ change, cross-family and all off-target RMS, state L2 and the wrong-behavior ind
 |target change|, averaged over eligible subsets and then seeds. Paired patient bootstrap of SAE minus each
 other method over the concepts eligible in every seed, BH per metric over every model x arm x k x
 comparison (intervention_stats.py). Ineligible concepts stay in the denominator of the selective fraction.
+On MIMIC-IV-ECG the published MIMIC workers' design runs instead (docs/protocol.md §9.4.1; intervention_design.py):
+dense vs SAE at k = 5 over every record with NaN-masked labels, subsets from 976000, an SAE quality gate per seed.
+Rotation seeds: rotation_seeds (the final layer's group index among the E = 8 groups, as published).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +38,13 @@ from raybench.analysis.secondary.estimators import (
     gather_columns,
     rank_features,
     sae_codes,
+)
+from raybench.analysis.secondary.intervention_design import (
+    candidate_pool,
+    masked_corr,
+    masked_ridge_readout,
+    pool_subsets,
+    quality_pass,
 )
 from raybench.analysis.secondary.intervention_stats import (
     OUTPUT_METRICS,
@@ -51,7 +63,9 @@ from raybench.analysis.secondary.matched_effect import (
 from raybench.analysis.secondary.ridge import ridge_readout
 from raybench.cohorts.panel import concept_families
 from raybench.core.config import EvalProtocol, Protocol
+from raybench.core.protocol import analysis_order, layer_for_depth
 from raybench.core.sufficient_stats import per_patient_sums
+from raybench.sae.data import CellData
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +88,21 @@ def pca_basis(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = x_train.mean(axis=0)
     _, _, vt = np.linalg.svd(x_train - mean, full_matrices=False)
     return mean, vt
+
+
+def rotation_seeds(base: int, n_layers: Mapping[str, int], depths: Sequence[float]) -> dict[str, int]:
+    """{model: seed of its random rotation}: base + the index of the model's final-layer group among every
+    E = 8 (model, layer) group of the grid, models in analysis_order, each model's distinct layers at the
+    grid depths in depth order (the published manifest's task order: scripts/run_final_layer_matched_effect_worker.py
+    seeds with --random-seed + the group's index, so the six final layers get 20260724, 20260729, ..., 20260749;
+    docs/protocol.md §9.4). A model whose final layer is not audited gets the index after its last group."""
+    out, index = {}, 0
+    for model in analysis_order(n_layers):
+        layers = list(dict.fromkeys(layer_for_depth(q, n_layers[model]) for q in depths))
+        final = n_layers[model] - 1
+        out[model] = base + index + (layers.index(final) if final in layers else len(layers))
+        index += len(layers)
+    return out
 
 
 def random_rotation(d: int, seed: int) -> np.ndarray:
@@ -109,17 +138,33 @@ def _dose(method: str, common: float, effect: float, max_dose: float) -> float |
     return None if method not in COMMON_METHODS and dose > max_dose + 1e-10 else dose
 
 
+def masked_data(root: str | Path, model: str, layer: int, eval_cfg: EvalProtocol) -> CellData:
+    """The MIMIC design's inputs (§9.4.1): every record of each split, missing concept values as NaN."""
+    from raybench.cohorts.manifest import load_manifest
+    from raybench.core.paths import RunLayout
+    from raybench.sae.data import concept_present, load_cell_data
+
+    data = load_cell_data(root, model, layer, replace(eval_cfg, missing_concepts="fill_zero"))
+    manifest, _ = load_manifest(RunLayout.at(root).manifest)
+    present = pd.DataFrame(concept_present(manifest, data.concept_names), index=manifest["ecg_id"].to_numpy())
+    concepts = {s: np.where(present.loc[data.ecg_ids[s]].to_numpy(bool), v.astype(np.float64), np.nan)
+                for s, v in data.concepts.items()}
+    return replace(data, concepts=concepts)
+
+
 def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryConfig, model: str, layer: int,
                     cells: list[tuple[int, str]], counts: np.ndarray, ci: tuple[float, float],
-                    rotation_seed: int) -> dict[str, pd.DataFrame]:
-    """All designs of one model (seeds x candidate arms x k x concepts x methods) and its paired bootstrap."""
+                    rotation_seed: int, mimic: bool = False) -> dict[str, pd.DataFrame]:
+    """All designs of one model (seeds x candidate arms x k x concepts x methods) and its paired bootstrap.
+    mimic: the MIMIC workers' design (§9.4.1; scfg is already SecondaryConfig.intervention_design's)."""
     import torch
 
-    from raybench.sae.cell_files import load_cell_sae
+    from raybench.sae.cell_files import load_cell_metrics, load_cell_sae
     from raybench.sae.data import load_secondary_data
 
     torch.set_num_threads(1)
-    data = load_secondary_data(root, model, layer, eval_cfg, scfg.complete_case_train)
+    data = (masked_data(root, model, layer, eval_cfg) if mimic
+            else load_secondary_data(root, model, layer, eval_cfg, scfg.complete_case_train))
     names = data.concept_names
     fams = concept_families(names)
     c_n = len(names)
@@ -128,8 +173,10 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     _, norm = load_cell_sae(cells[0][1])
     x = {s: norm.apply(data.acts[s]).astype(np.float64) for s in ("train", "val", "test")}
     y = {s: data.concepts[s].astype(np.float64) for s in ("train", "val", "test")}
-    sel = data.selection_idx
-    readout = ridge_readout(x["train"], y["train"], x["val"], y["val"], scfg.readout_alphas)
+    sel = np.arange(len(y["train"])) if mimic else data.selection_idx  # MIMIC: ranked on every train record
+    corr_of = masked_corr if mimic else feature_concept_corr
+    readout = (masked_ridge_readout if mimic else ridge_readout)(x["train"], y["train"], x["val"], y["val"],
+                                                                  scfg.readout_alphas)
     methods = scfg.intervention_methods
     arms, ks, d = scfg.intervention_arms, scfg.intervention_ks, x["train"].shape[1]
     p_n = len(data.test_patients)
@@ -141,7 +188,7 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
 
     base_units: dict[tuple[str, int, int], UnitIntervention] = {}
     for method, (rep, basis) in baseline_representations(x, methods, rotation_seed).items():
-        ranking = rank_features(feature_concept_corr(rep["train"][sel], y["train"][sel]))
+        ranking = rank_features(corr_of(rep["train"][sel], y["train"][sel]))
         for k in ks:
             for c in range(c_n):
                 base_units[(method, k, c)] = _unit(rep["train"], rep["val"], rep["test"], y["train"][:, c], basis,
@@ -152,17 +199,25 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
     n_ok = np.zeros(shape, dtype=np.int64)
     effect = np.zeros(shape)
     design_rows = []
+    quality = []  # per seed: the SAE quality gate (MIMIC design; always passes otherwise)
     for si, (seed, cell_dir) in enumerate(cells):
         sae, nrm = load_cell_sae(cell_dir)
         # column access (the clamped coordinates) is what the designs below do most: CSC
         z = {s: sae_codes(sae, nrm, data.acts[s], eval_cfg.eval_batch).tocsc() for s in ("train", "val", "test")}
-        corr = feature_concept_corr(sae_codes(sae, nrm, data.acts["train"][sel], eval_cfg.eval_batch),
-                                    y["train"][sel])
+        if mimic:
+            corr = masked_corr(z["train"], y["train"])
+            subsets = pool_subsets(candidate_pool(z["train"], scfg.candidate_pool), sae.n_latents, d,
+                                   scfg.candidate_subsets, scfg.subset_seed)
+            quality.append(quality_pass(load_cell_metrics(cell_dir), sae.n_latents, scfg.quality_gate,
+                                        scfg.min_validation_r2, scfg.min_live_latents or d))
+        else:
+            corr = feature_concept_corr(sae_codes(sae, nrm, data.acts["train"][sel], eval_cfg.eval_batch),
+                                        y["train"][sel])
+            subsets = candidate_subsets(sae.n_latents, d, scfg.candidate_subsets, scfg.subset_seed)
+            quality.append(True)
         basis = sae.W_dec_t[0].detach().cpu().numpy().astype(np.float64)  # [N, d]: decoder column j as row j
         designs = [(a, r, cand) for a, arm in enumerate(arms)
-                   for r, cand in (enumerate(candidate_subsets(sae.n_latents, d, scfg.candidate_subsets,
-                                                               scfg.subset_seed)) if arm == "matched"
-                                   else [(-1, np.arange(sae.n_latents))])]
+                   for r, cand in (enumerate(subsets) if arm == "matched" else [(-1, np.arange(sae.n_latents))])]
         for a, r, cand in designs:
             ranking = rank_features(corr, cand)
             for ki, k in enumerate(ks):
@@ -173,7 +228,8 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
                     eff = {m: units[m].val_effect(c) for m in methods}
                     common, status = common_effect({m: eff[m] for m in methods if m in COMMON_METHODS},
                                                    scfg.effect_cap, scfg.effect_floor, scfg.max_dose)
-                    row = {"model": model, "seed": seed, "arm": arms[a], "subset": r, "k": int(k),
+                    row = {"model": model, "seed": seed, "sae_quality_pass": quality[-1], "arm": arms[a],
+                           "subset": r, "k": int(k),
                            "concept": names[c], "family": fams[c], "status": status, "common_effect": common}
                     for mi, m in enumerate(methods):
                         dose = _dose(m, common, eff[m], scfg.max_dose) if status == "eligible" else None
@@ -183,11 +239,13 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
                             n_ok[si, a, ki, mi, c] += 1
                             effect[si, a, ki, mi, c] += common
                     design_rows.append(row)
-    sums /= np.maximum(n_ok, 1)[..., None, None]  # in place: [S, A, K, M, C, P, 4] is the largest array here
+    sums /= np.maximum(n_ok, 1)[..., None, None]  # in place: [S, A, K, M, C, P, 5] is the largest array here
     sums[n_ok == 0] = np.nan
     with np.errstate(invalid="ignore", divide="ignore"):
         seed_effect = np.where(n_ok > 0, effect / n_ok, np.nan)
     avg, seeds_ok, matched = seed_average(sums, seed_effect)
+    if not all(quality):  # the published MIMIC primary: every seed passes the quality gate, then the effect gate
+        seeds_ok = np.zeros_like(seeds_ok)
     observed, draws = observed_and_draws(avg, matched, n_per_patient, counts)
     contrasts = paired_contrasts(observed, draws, seeds_ok, len(seeds), arms, ks, methods,
                                  [c for c in COMPARISONS if set(c) <= set(methods)], ci)
@@ -214,7 +272,7 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
                     "concepts_any_seed": int(np.isfinite(obs[:, 0]).sum()),
                     "design_rows": len(design_rows), "eligible_designs": int(n_ok[:, a, ki, mi].sum()),
                     **{m: float(pm[:, col[m]].mean()) if len(pm) else np.nan for m in OUTPUT_METRICS},
-                    "sae_selective_concepts": int(selective.sum()),
+                    "sae_selective_concepts": int(selective.sum()), "sae_quality_pass": all(quality),
                     "sae_selective_fraction": float(selective.sum() / c_n),
                 })
     return {"intervention": pd.DataFrame(summary_rows), "intervention_contrasts": contrasts,
@@ -224,7 +282,7 @@ def intervene_model(root: str | Path, eval_cfg: EvalProtocol, scfg: SecondaryCon
 def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig, cohort: str
                      ) -> dict[str, pd.DataFrame]:
     """One Ray task per model at its final layer; BH per metric over every contrast row (bh_family); tables +
-    figure. cohort: cfg.cohort.kind (the published MIMIC run's bootstrap had its own seed)."""
+    figure. cohort: cfg.cohort.kind (the published MIMIC run had its own design, §9.4.1, and bootstrap seed)."""
     import ray
 
     from raybench.analysis.secondary import calibration_cells
@@ -241,17 +299,24 @@ def run_intervention(root: str | Path, protocol: Protocol, scfg: SecondaryConfig
         return {}
     from raybench.cohorts.manifest import load_manifest
 
+    mimic = scfg.uses_mimic_design(cohort)
+    scfg = scfg.intervention_design(cohort)
+    eval_cfg = replace(protocol.eval, missing_concepts="fill_zero") if mimic else protocol.eval  # MIMIC: every record
     manifest, info = load_manifest(layout.manifest)  # test patients as load_cell_data has them (missing concepts)
-    counts = ray.put(bootstrap_counts(len(evaluation_test_patients(manifest, info, protocol.eval)),
+    counts = ray.put(bootstrap_counts(len(evaluation_test_patients(manifest, info, eval_cfg)),
                                       scfg.draws(protocol), scfg.intervention_bootstrap_seed(protocol, cohort),
                                       protocol.inference.chunk_draws, protocol.inference.stream))
     task = ray.remote(num_cpus=1)(intervene_model)
     ci = (protocol.inference.ci_low, protocol.inference.ci_high)
+    grid_cells = pd.read_parquet(layout.cells_table, columns=["model", "n_layers"])
+    grid_cells = grid_cells[grid_cells["model"].isin(protocol.grid.models)]
+    seeds = rotation_seeds(scfg.rotation_seed, grid_cells.groupby("model")["n_layers"].first().astype(int).to_dict(),
+                           protocol.grid.depths)
     refs = []
-    for i, ((model, layer), sub) in enumerate(cells.groupby(["model", "layer"], sort=True)):
+    for (model, layer), sub in cells.groupby(["model", "layer"], sort=True):
         units = [(int(s), d) for s, d in zip(sub["seed"], sub["cell_dir"], strict=True)]
         refs.append(task.remote(str(layout.root), protocol.eval, scfg, model, int(layer), units, counts, ci,
-                                scfg.rotation_seed + i))
+                                seeds[model], mimic))
     parts = ray.get(refs)
     tables = {name: pd.concat([p[name] for p in parts], ignore_index=True) for name in parts[0]}
     tables["intervention_contrasts"]["q_value_bh"] = bh_family(tables["intervention_contrasts"])

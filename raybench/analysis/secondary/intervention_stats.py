@@ -49,14 +49,14 @@ def weighted_means(values: np.ndarray, patient_counts: np.ndarray, weights: np.n
 
 
 def with_ratios(means: np.ndarray, matched_effect: float) -> np.ndarray:
-    """[..., 4] record metrics -> [..., 6]: + WBI (cross-family off-target RMS / |target|) and target retention."""
+    """[..., 5] record metrics -> [..., 7]: + WBI (cross-family off-target RMS / |target|) and target retention."""
     wbi = means[..., 1] / np.maximum(np.abs(means[..., 0]), WBI_FLOOR)
     return np.concatenate([means, wbi[..., None], (means[..., 0] / matched_effect)[..., None]], axis=-1)
 
 
 def observed_and_draws(avg: np.ndarray, matched: np.ndarray, patient_counts: np.ndarray, weights: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:
-    """Point values [..., C, 6] and draws [..., C, D, 6] of every cell avg [..., C, P, 4] whose patient means
+    """Point values [..., C, 7] and draws [..., C, D, 7] of every cell avg [..., C, P, 5] whose patient means
     are all finite (NaN elsewhere)."""
     lead = avg.shape[:-2]
     n_draws = np.asarray(weights).shape[0]
@@ -78,7 +78,7 @@ def paired_contrasts(observed: np.ndarray, draws: np.ndarray, seeds_eligible: np
     """Left minus right per arm x k x comparison x inference metric over the concepts where both methods are
     finite and eligible in all n_seeds seeds: mean difference, percentile CI and two-sided p over the draws.
 
-    observed [A, K, M, C, 6], draws [A, K, M, C, D, 6], seeds_eligible [A, K, M, C]."""
+    observed [A, K, M, C, 7], draws [A, K, M, C, D, 7], seeds_eligible [A, K, M, C]."""
     where = {m: i for i, m in enumerate(methods)}
     col = {m: i for i, m in enumerate(OUTPUT_METRICS)}
     rows = []

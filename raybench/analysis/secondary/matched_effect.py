@@ -35,7 +35,10 @@ def centroid_intervention(train_sel: np.ndarray, y_train_target: np.ndarray, val
     if not 0.5 <= high_quantile < 1.0:
         raise ValueError(f"high_quantile must be in [0.5, 1), got {high_quantile}")
     y = np.asarray(y_train_target, dtype=np.float64)
-    high = y >= np.quantile(y, high_quantile)
+    finite = np.isfinite(y)  # missing labels (the MIMIC design keeps them as NaN) join neither quantile nor centroid
+    if not finite.any():
+        raise ValueError("no finite train value of the target concept: cannot form a centroid")
+    high = finite & (y >= np.quantile(y[finite], high_quantile))
     if high.sum() < 2:
         raise ValueError("fewer than two high-concept train records: cannot form a centroid")
     centroid = np.asarray(train_sel, dtype=np.float64)[high].mean(axis=0)
@@ -59,11 +62,12 @@ def common_effect(unit_effects: Mapping[str, float], cap: float = 0.25, floor: f
     return common, ("eligible" if common >= floor else "below_effect_floor")
 
 
-RECORD_METRICS = ("target_delta", "off_cross_rms", "off_all_rms", "activation_l2")
+RECORD_METRICS = ("target_delta", "off_cross_rms", "off_all_rms", "off_max_abs", "activation_l2")  # published
 
 
 def record_metrics(unit: UnitIntervention, target: int, families: Sequence[str], dose: float) -> np.ndarray:
-    """Per test record at `dose`: target change, cross-family and all off-target RMS, state L2 -> [n, 4]."""
+    """Per test record at `dose`: target change, cross-family and all off-target RMS, the largest off-target
+    |change| (off_max_abs), state L2 -> [n, 5] (benchmark_v1/matched_effect.py calibrated_record_metrics)."""
     fam = np.asarray(families, dtype=object)
     if fam.size != unit.test_out.shape[1]:
         raise ValueError(f"{fam.size} families for {unit.test_out.shape[1]} readouts")
@@ -76,6 +80,7 @@ def record_metrics(unit: UnitIntervention, target: int, families: Sequence[str],
         delta[:, target],
         np.sqrt(np.mean(np.square(delta[:, cross]), axis=1)),
         np.sqrt(np.mean(np.square(delta[:, other]), axis=1)),
+        np.max(np.abs(delta[:, other]), axis=1),
         unit.test_l2 * dose,
     ])
 

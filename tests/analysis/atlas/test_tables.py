@@ -175,6 +175,40 @@ def test_planted_best_model_ranks_first(analyzed):
     assert (rep.excess > 0.3).all() and np.allclose(rep.excess, rep.matched_cosine - rep.random_floor)
 
 
+def test_rank_probabilities_and_surface_intervals(analyzed):
+    """Issue 42 item 4: the published summary's rank table per scope and the model x depth x E intervals."""
+    from raybench.analysis.atlas.rank_tables import RANK_COLUMNS, SURFACE_COLUMNS
+    from raybench.analysis.completeness import DENOM_COLUMNS
+
+    root, out = analyzed
+    tables = RunLayout.at(root).tables_dir
+    ranks, surf = out["rank_probabilities"], out["surface"]
+    assert list(ranks.columns) == [*RANK_COLUMNS, *DENOM_COLUMNS]
+    assert list(surf.columns) == [*SURFACE_COLUMNS, *DENOM_COLUMNS]
+    assert list(pd.read_parquet(tables / "surface.parquet").columns) == [*SURFACE_COLUMNS, *DENOM_COLUMNS]
+    assert not ranks.short_denominator.any() and not surf.short_denominator.any()
+    assert set(surf.n_expected) == {2} and set(ranks[ranks.scope == "E1"].n_expected) == {2 * 2}
+    assert set(ranks.scope) == {"common_scale_auc", "E1", "E4"} and len(ranks) == 3 * 3 * len(MODELS)
+    common = ranks[ranks.scope == "common_scale_auc"].set_index(["metric", "model"])
+    prof = out["profiles"].set_index(["metric", "model"])
+    np.testing.assert_allclose(common.loc[prof.index, "rank1_prob"], prof.rank1_prob, rtol=1e-12)
+    np.testing.assert_allclose(common.loc[prof.index, "mean_rank"], prof.mean_rank, rtol=1e-12)
+    best = ranks[ranks.model == "ecg_jepa"]  # planted best on every metric and E
+    assert (best.rank1_prob > 0.8).all() and (best.top2_prob == 1.0).all() and (best.median_rank == 1.0).all()
+    assert (ranks.top2_prob >= ranks.rank1_prob).all()
+    for (metric, _), g in ranks.groupby(["metric", "scope"]):  # chunked stream: tied models share their ranks
+        assert g.rank1_prob.sum() == pytest.approx(1.0) and g.top2_prob.sum() <= 2.0
+        if metric != "coverage":  # coverage (k/C) ties now and then; the others do not
+            assert g.top2_prob.sum() == pytest.approx(2.0)
+    # the surface's values are depth_scale's seed means; each sits in its patient-bootstrap interval
+    assert len(surf) == len(MODELS) * 2 * 2 * 3 and (surf.n_seeds == 2).all()
+    ds = out["depth_scale"].set_index(["model", "q", "expansion", "metric"])
+    np.testing.assert_allclose(surf.value, ds.loc[list(zip(surf.model, surf.q, surf.expansion, surf.metric,
+                                                          strict=True)), "value"], rtol=1e-12)
+    assert (surf.ci_low <= surf.value + 1e-12).all() and (surf.value <= surf.ci_high + 1e-12).all()
+    assert (surf.ci_high > surf.ci_low).any()
+
+
 def test_rerun_is_byte_identical_and_worker_invariant(analyzed):
     root, _ = analyzed
     tables = RunLayout.at(root).tables_dir

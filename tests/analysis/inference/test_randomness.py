@@ -226,6 +226,9 @@ def test_secondary_seeds_are_saved(tmp_path):
     assert rec["intervention_bootstrap"]["seed"] == 20260722 and rec["intervention_rotation_seed"] == 20260720
     mimic = read_json(rnd.write_secondary_randomness(tmp_path, paper_protocol(), SecondaryConfig(), "mimic"))
     assert mimic["intervention_bootstrap"]["seed"] == 20260724 and mimic["harmonization_bootstrap"]["seed"] == 20260715
+    # the MIMIC workers' design (issue 42): subsets from 976000, no random rotation; PTB-XL keeps 960000
+    assert (mimic["intervention_subset_seed"], mimic["intervention_rotation_seed"]) == (976000, None)
+    assert rec["intervention_subset_seed"] == 960000
     first = random_directions(6, 3, rec["random_dictionaries"]["seeds"][0])  # re-derivable from the file alone
     np.testing.assert_array_equal(first, random_directions(6, 3, 920000))
     demo = read_json(rnd.write_secondary_randomness(tmp_path, demo_protocol(), SecondaryConfig.demo(), "synth"))

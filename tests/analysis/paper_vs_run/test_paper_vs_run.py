@@ -90,6 +90,69 @@ def test_secondary_tables_meet_tables_1_s2_and_s5():
     assert st["table_s5", "delta_sae_minus_dense", "wbi_cross", "csfm", ""] == "differs"  # -1.1899 vs -1.189
 
 
+def test_appendix_f_g_calibration_ranges_and_counts_meet_the_runs_tables(tmp_path):
+    """Issue 42 item 6: the numbers the values file lacked, each beside the run's own."""
+    hcon = pd.DataFrame({"model": ["cardiac_fm", "ecg_jepa", "hubert_ecg", "hubert_ecg", "csfm"],
+                         "protocol": ["temporal", "temporal", "lead", "joint", "lead"],
+                         "metric": "accessibility", "delta": [-0.00581, 0.000035, -0.0005, 0.00057, 0.0002],
+                         "ci_low": [-0.0095, 0, 0, 0, 0], "ci_high": [-0.0022, 0, 0, 0, 0],
+                         "q_value_bh": [0.0162, 1, 1, 1, 1]})
+    hcon = pd.concat([hcon, pd.DataFrame({"model": ["csfm"], "protocol": ["lead"], "metric": ["coverage"],
+                                          "delta": [0.0], "q_value_bh": [1.0]})], ignore_index=True)
+    harm = pd.DataFrame({"model": ["csfm", "st_mem"], "protocol": ["lead", "lead"], "cka_to_native": [1.0, 0.99995]})
+    rank = pd.DataFrame({"protocol": ["lead", "temporal"], "metric": ["accessibility", "coverage"],
+                         "spearman_rho": [1.0, 0.9714], "kendall_tau": [1.0, 0.87]})
+    icon = pd.DataFrame({"model": ["csfm", "csfm", "st_mem", "st_mem"], "arm": "matched", "k": 5,
+                         "comparison": "sae_minus_dense", "metric": ["off_cross_rms", "wbi_cross"] * 2,
+                         "delta": [-0.08, -1.1, -0.06, 0.2], "p_value": [0.001] * 4,
+                         "q_value_bh": [0.0011, 0.0008, 0.001, 0.001]})
+    ranges = pd.DataFrame({"quantity": ["sae_ridge_retention", "sae_minus_random_by_depth", "sae_single_win_rate"],
+                           "low": [0.7991, 0.02, 0.788], "high": [0.874, 0.088, 0.878], "n_models": 6})
+    out = pvr.comparison_table({"harmonization_contrasts": hcon, "harmonization": harm, "harmonization_rank": rank,
+                                "intervention_contrasts": icon, "calibration_ranges": ranges}, "ptbxl")
+    st = {(r.source, r.quantity, r.metric, r.model, r.setting): (r.ours, r.status) for r in out.itertuples()}
+    assert st["appendix_f", "delta_mean_abs_r", "accessibility", "cardiac_fm", "temporal"][1] == "agrees"
+    assert st["appendix_f", "q_value", "accessibility", "cardiac_fm", "temporal"] == (0.0162, "agrees")
+    assert st["appendix_f", "delta_mean_abs_r", "accessibility", "st_mem", "temporal"][1] == "not in this run"
+    assert st["appendix_f", "max_abs_delta_mean_abs_r", "accessibility", "", "lead"] == (0.0005, "agrees")  # bound
+    assert st["appendix_f", "min_cka", "", "", "lead"] == (0.99995, "agrees")  # at least 0.9999
+    assert st["appendix_f", "min_q_value", "coverage", "", ""] == (1.0, "agrees")
+    assert st["appendix_f", "spearman_rho", "accessibility", "", "lead"] == (1.0, "agrees")
+    assert st["appendix_f", "spearman_rho", "coverage", "", "temporal"] == (0.9714, "agrees")
+    assert st["appendix_f", "abs_delta_mean_abs_r_min", "accessibility", "", "ecg_jepa+hubert_ecg"][1] == "agrees"
+    assert st["appendix_f", "abs_delta_mean_abs_r_max", "accessibility", "", "ecg_jepa+hubert_ecg"][1] == "agrees"
+    assert st["appendix_g", "max_q_value", "", "", "sae_minus_dense"] == (0.0011, "agrees")
+    assert st["appendix_g", "n_tests", "", "", "sae_minus_dense"] == (4.0, "differs")  # the paper: 10
+    assert st["appendix_g", "significant_tests", "", "", "sae_minus_dense"] == (3.0, "differs")  # one delta > 0
+    assert st["results", "sae_ridge_over_dense_ridge_min", "accessibility", "", ""] == (0.7991, "agrees")
+    assert st["results", "sae_single_minus_random_single_min", "accessibility", "", ""] == (0.02, "differs")
+    assert st["results", "sae_single_win_fraction_max", "accessibility", "", ""] == (0.878, "agrees")
+    # a bound broken: the lead harmonization moved mean |r| by more than 0.0006
+    worse = pvr.comparison_table({"harmonization_contrasts": hcon.assign(delta=hcon.delta * 3)}, "ptbxl")
+    row = worse[worse.quantity == "max_abs_delta_mean_abs_r"].iloc[0]
+    assert (row.ours, row.status) == (0.0015, "differs")
+
+
+def test_cohort_counts_come_from_the_manifest_summary(tmp_path):
+    from raybench.core.atomic import write_json
+
+    layout = RunLayout.at(tmp_path)
+    splits = {"train": {"records": 70260, "patients": 34000}, "val": {"records": 9768, "patients": 4700},
+              "test": {"records": 19972, "patients": 9791}}
+    write_json(layout.manifest_summary, {"records": 100000, "splits": splits, "complete_cases": {
+        "records": 54591, "splits": {"test": {"records": 10900, "patients": 6609}}}})
+    counts = pvr.cohort_counts(layout.manifest_summary, "mimic")
+    out = pvr.comparison_table({"cohort_counts": counts}, "mimic")
+    got = {(r.quantity, r.setting): (r.ours, r.status) for r in out[out.source == "appendix_e"].itertuples()
+           if r.quantity.startswith("n_")}
+    assert got["n_records", ""] == (100000, "agrees") and got["n_records", "test"] == (19972, "agrees")
+    assert got["n_complete_records", ""] == (54591, "agrees") and got["n_test_patients", ""] == (6609, "agrees")
+    assert got["n_patients", ""] == (48491, "agrees")
+    ptb = pvr.comparison_table({"cohort_counts": pvr.cohort_counts(layout.manifest_summary, "ptbxl")}, "ptbxl")
+    row = ptb[(ptb.source == "design") & (ptb.quantity == "n_test_patients")].iloc[0]
+    assert (row.paper, row.ours) == (2862, 9791)  # every test patient outside MIMIC-IV-ECG
+
+
 def test_write_comparison_reads_every_table_of_the_run(tmp_path):
     from raybench.core.atomic import write_table
 

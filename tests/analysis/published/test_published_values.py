@@ -50,6 +50,17 @@ def test_hand_checked_numbers():
     assert _value(source="results", quantity="e8_anchor_max_abs_diff") == 0.0272
     assert _value(source="results", quantity="significant_contrasts", metric="accessibility") == 13
     assert _value(source="results", quantity="scale_tau_min", metric="coverage") == 0.60
+    # Appendix F (input harmonization text), Appendix G (matched effect text), cohort counts (issue 42)
+    assert _value(source="appendix_f", quantity="q_value", model="ecg_fm", setting="temporal") == 0.016
+    assert _value(source="appendix_f", quantity="ci_high", model="st_mem", setting="temporal") == -0.0067
+    assert _value(source="appendix_f", quantity="min_cka", setting="lead") == 0.9999
+    assert _value(source="appendix_f", quantity="spearman_rho", metric="coverage", setting="joint") == 0.971
+    assert _value(source="appendix_f", quantity="abs_delta_mean_abs_r_min") == 3.5e-5
+    assert _value(source="appendix_g", quantity="max_q_value") == 0.0011
+    assert _value(source="appendix_g", quantity="significant_tests") == 10
+    assert _value(source="appendix_e", quantity="n_patients") == 48491
+    assert _value(source="appendix_e", quantity="n_test_patients") == 6609
+    assert _value(source="design", quantity="n_records", setting="test") == 3325
 
 
 def test_every_table_is_complete_and_keys_are_raybench_names():
@@ -61,12 +72,16 @@ def test_every_table_is_complete_and_keys_are_raybench_names():
     assert set(df.model) - {""} <= MODELS
     assert set(df.cohort) == {"ptbxl", "mimic"}
     assert set(df[df.cohort == "mimic"].source) == {"table_2", "table_s4", "appendix_e"}
+    # issue 42: rows added since name their place in the paper's source (file:line)
+    for source in ("appendix_f", "appendix_g", "design"):
+        assert df[df.source == source].note.str.match(r"paper/sections/\w+\.tex:\d+").all(), source
 
 
 def test_printed_precision_decides_agreement():
     s1 = paper_values(source="table_s1")
     assert set(s1.decimals) == {3}
-    assert set(paper_values(source="appendix_e").decimals) == {4}
+    appendix_e = paper_values(source="appendix_e")
+    assert set(appendix_e[~appendix_e.quantity.str.startswith("n_")].decimals) == {4}  # counts: integers
     assert _decimals(source="results", quantity="e8_anchor_max_abs_diff") == 4
     assert _decimals(source="appendix_d", axis="depth", setting="0.5", metric="val_r2") == 2  # "approximately"
     assert agrees(0.8064, 0.806, 3) and not agrees(0.8066, 0.806, 3)

@@ -21,6 +21,7 @@ from raybench.analysis.secondary.estimators import (
     temporal_harmonize,
 )
 from raybench.analysis.secondary.matched_effect import (
+    RECORD_METRICS,
     centroid_intervention,
     common_effect,
     record_metrics,
@@ -226,6 +227,14 @@ def test_wbi_planted_selective_vs_nonselective_coordinate():
     # L2 is the norm of the dense change; the dose scales every metric linearly
     np.testing.assert_allclose(record_metrics(mix, 0, fams, 0.5), 0.5 * m_mix)
     assert sel.val_effect(0) > 0
+
+
+def test_record_metrics_carry_the_published_off_max_abs():
+    mix = _planted(np.array([1.0, 1.0, 0.0]) / np.sqrt(2))
+    m = record_metrics(mix, 0, ["A", "B", "C"], 0.5)
+    assert m.shape[1] == len(RECORD_METRICS) == 5 and RECORD_METRICS[3] == "off_max_abs"
+    np.testing.assert_allclose(m[:, 3], np.abs(0.5 * mix.test_out[:, 1:]).max(axis=1), rtol=1e-15)
+    assert (m[:, 3] >= m[:, 2]).all()  # the largest off-target change bounds their RMS
 
 
 def test_centroid_uses_top_quartile_and_same_family_is_not_cross():

@@ -89,9 +89,9 @@ def test_three_analyses_write_tables_and_figures(tiny_run):
     root, cfg, tables = tiny_run
     layout = RunLayout.at(root)
     for name in ("calibration", "calibration_depth", "calibration_paired", "calibration_margin", "calibration_order",
-                 "calibration_concepts", "harmonization", "harmonization_contrasts", "harmonization_rank",
-                 "harmonization_concepts", "intervention", "intervention_contrasts", "intervention_concepts",
-                 "intervention_designs"):
+                 "calibration_ranges", "calibration_concepts", "harmonization", "harmonization_contrasts",
+                 "harmonization_rank", "harmonization_concepts", "intervention", "intervention_contrasts",
+                 "intervention_concepts", "intervention_designs"):
         assert name in tables, name
         assert (layout.tables_dir / f"{name}.parquet").exists() and (layout.tables_dir / f"{name}.csv").exists()
         pd.testing.assert_frame_equal(pd.read_parquet(layout.tables_dir / f"{name}.parquet"), tables[name])
@@ -116,8 +116,25 @@ def test_three_analyses_write_tables_and_figures(tiny_run):
     concepts = tables["calibration_concepts"]
     assert len(concepts) == 2 * 2 * (2 + 2 * 4 + SCFG.random_dictionaries) * concepts["concept"].nunique()
 
+    # the ranges over models the paper quotes (issue 42 item 5), from the per-model margins
+    ranges, margin = tables["calibration_ranges"].set_index("quantity"), tables["calibration_margin"]
+    assert list(tables["calibration_ranges"].columns) == ["quantity", "low", "high", "n_models"]
+    assert ranges.at["sae_ridge_retention", "low"] == margin["sae_ridge_retention"].min()
+    assert ranges.at["sae_minus_random_by_depth", "high"] == margin["max_depth_margin"].max()
+    assert ranges.at["sae_single_win_rate", "low"] == margin["win_rate"].min()
+    assert (ranges["n_models"] == len(MODELS)).all()
+
     harm = tables["harmonization"]
     assert set(harm["protocol"]) == {"native", "lead", "temporal", "joint"}
+    # the published model-level outputs: median |r| and sign consistency of the single coordinates (item 5)
+    hc = tables["harmonization_concepts"]
+    by = hc.groupby(["model", "protocol"])
+    want_median = by["test_abs_r"].median()
+    want_sign = by.apply(lambda g: float(np.mean(g["train_r"] * g["test_r"] > 0)), include_groups=False)
+    got = harm.set_index(["model", "protocol"])
+    np.testing.assert_allclose(got["median_abs_r"], want_median.loc[got.index], rtol=1e-12)
+    np.testing.assert_array_equal(got["sign_consistency"], want_sign.loc[got.index])
+    assert ((harm["sign_consistency"] >= 0) & (harm["sign_consistency"] <= 1)).all()
     native = harm[harm["protocol"] == "native"]
     assert np.allclose(native["cka_to_native"], 1.0)
     # ECG-FM keeps 5 s of the 10-s record natively: the temporal protocols give it another input
@@ -134,6 +151,9 @@ def test_three_analyses_write_tables_and_figures(tiny_run):
 
     inter = tables["intervention"]  # the published design: 4 methods x 2 candidate arms x k in (1, 5)
     assert set(inter["method"]) == set(SCFG.intervention_methods) == {"dense", "pca", "sae", "random_rotation"}
+    ok_rows = inter.dropna(subset=["off_all_rms"])  # off_max_abs (item 5): at least the off-target RMS
+    assert len(ok_rows) and (ok_rows["off_max_abs"] >= ok_rows["off_all_rms"] - 1e-12).all()
+    assert "off_max_abs" in tables["intervention_concepts"].columns
     assert (inter["concepts_total"] == len(cfg_concepts(root))).all()
     assert set(zip(inter["arm"], inter["k"], strict=True)) == {(a, k) for a in ("matched", "full") for k in (1, 5)}
     keys = ["model", "arm", "k", "method"]
@@ -211,6 +231,44 @@ def test_demo_intervention_design_is_sae_against_dense(tiny_run):
     mine = con.set_index("metric")
     # the paper design's gate also needs a positive PCA effect, so its eligible concepts are a subset
     assert (mine["concepts_paired"] >= same.loc[mine.index, "concepts_paired"]).all()
+
+
+@pytest.mark.slow
+def test_mimic_design_runs_the_published_mimic_workers_design(tiny_run):
+    """Issue 42 item 2: on MIMIC-IV-ECG (intervention_design("mimic"), mimic=True) dense vs SAE at k = 5 in the
+    matched arm over every record, each seed marked by its quality gate; a failed gate empties the primary set."""
+    from raybench.analysis.secondary import calibration_cells
+    from raybench.analysis.secondary.estimators import bootstrap_counts
+    from raybench.analysis.secondary.intervention import intervene_model
+
+    root, cfg, _ = tiny_run
+    cells = calibration_cells(root, cfg.protocol)
+    model, sub = next(iter(cells[cells["layer"] == cells["n_layers"] - 1].groupby("model")))
+    units = [(int(s), d) for s, d in zip(sub["seed"], sub["cell_dir"], strict=True)]
+    counts = bootstrap_counts(len(_test_patients(root, cfg)), 100, 7, 100, "chunked")
+    from raybench.analysis.secondary.intervention_design import quality_pass
+    from raybench.sae.cell_files import load_cell_metrics
+
+    scfg = SCFG.intervention_design("mimic")
+    assert (scfg.intervention_methods, scfg.intervention_ks, scfg.subset_seed) == (("dense", "sae"), (5,), 976000)
+    for _, cell_dir in units:  # the default gate is the cell's own (these few-step SAEs fail it)
+        metrics = load_cell_metrics(cell_dir)
+        assert quality_pass(metrics, 64, scfg.quality_gate, 0.9, 48) == metrics["gate_pass"]
+    scfg = dataclasses.replace(scfg, quality_gate="matched_live_capacity", min_validation_r2=-1.0,
+                               min_live_latents=1)
+    out = intervene_model(root, cfg.protocol.eval, scfg, model, int(sub["layer"].iloc[0]), units, counts,
+                          (2.5, 97.5), 0, mimic=True)
+    designs, summary = out["intervention_designs"], out["intervention"]
+    assert len(designs) == len(units) * SCFG.candidate_subsets * designs["concept"].nunique()
+    assert set(designs["k"]) == {5} and set(designs["arm"]) == {"matched"} and designs["sae_quality_pass"].all()
+    assert set(summary["method"]) == {"dense", "sae"} and "off_max_abs" in summary.columns
+    assert list(out["intervention_contrasts"]["comparison"].unique()) == ["sae_minus_dense"]
+    strict = dataclasses.replace(scfg, min_live_latents=10**6)
+    failed = intervene_model(root, cfg.protocol.eval, strict, model, int(sub["layer"].iloc[0]), units, counts,
+                             (2.5, 97.5), 0, mimic=True)
+    assert not failed["intervention"]["sae_quality_pass"].any()
+    assert (failed["intervention"]["concepts_eligible"] == 0).all()
+    assert failed["intervention_contrasts"]["p_value"].isna().all()
 
 
 def _test_patients(root: Path, cfg) -> tuple[str, ...]:
