@@ -29,6 +29,7 @@ from tests.venvs import clean_env, make_venv, venv_site_packages
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "cluster"
 CLOUD = [CLUSTER / "aws.yaml", CLUSTER / "gcp.yaml"]
+LAUNCHERS = [*CLOUD, CLUSTER / "onprem.yaml"]  # onprem's set-up runs for real in tests/app/test_cluster_onprem.py
 DOCKERFILE = CLUSTER / "kuberay" / "Dockerfile"
 MOUNT = "~/raybench_wheel"  # where aws.yaml / gcp.yaml mount cluster/wheel on every node
 SETUP_KEYS = ("setup_commands", "head_setup_commands", "worker_setup_commands")
@@ -124,7 +125,7 @@ def test_no_launcher_installs_raybench_by_name_from_a_registry():
     assert not offenders, "raybench must come only from the wheel of `raybench cluster wheel`: " + "; ".join(offenders)
 
 
-@pytest.mark.parametrize("name", [*(p.name for p in CLOUD), "Dockerfile"])
+@pytest.mark.parametrize("name", [*(p.name for p in LAUNCHERS), "Dockerfile"])
 def test_launchers_install_raybench_only_from_the_checked_wheel(name):
     commands = _dockerfile()[1] if name == "Dockerfile" else _launcher_commands(CLUSTER / name)
     wheel_installs = [(c, args) for c in commands for args in _pip_installs(c)
@@ -137,7 +138,7 @@ def test_launchers_install_raybench_only_from_the_checked_wheel(name):
     assert not any(re.match(r"(-i|--index-url|--extra-index-url|--find-links|-f)\b", a) for a in args)
 
 
-@pytest.mark.parametrize("path", CLOUD, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", LAUNCHERS, ids=lambda p: p.name)
 def test_launcher_mounts_the_folder_raybench_cluster_wheel_writes(path):
     cfg = yaml.safe_load(path.read_text())
     local = (cfg.get("file_mounts") or {}).get(MOUNT)
