@@ -193,6 +193,23 @@ exit $rc
 """
 
 
+def test_the_rehearsal_says_why_it_cannot_run(monkeypatch):
+    """Where namespaces or the tools are missing the rehearsal skips, and its reason names what to change."""
+    import types
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "needs root" in _namespaces_refused()
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda tool, path=None: None if tool in ("sshd", "rsync") else tool)
+    assert _namespaces_refused().startswith("sshd, rsync not installed") and "openssh-server" in _namespaces_refused()
+    monkeypatch.setattr(shutil, "which", lambda tool, path=None: tool)
+    refused = types.SimpleNamespace(returncode=1, stderr="unshare: unshare failed: Operation not permitted\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: refused)
+    assert _namespaces_refused() == ("namespaces refused here (unshare -pnmf --mount-proc: unshare: unshare failed: "
+                                     "Operation not permitted)")
+
+
 @pytest.mark.slow
 def test_ray_up_submit_fetch_and_ray_down_on_an_onprem_cluster_over_ssh(tmp_path):
     reason = _namespaces_refused()
@@ -213,6 +230,10 @@ def test_ray_up_submit_fetch_and_ray_down_on_an_onprem_cluster_over_ssh(tmp_path
     (tmp / "laptop-tmp").mkdir()
     prepared = time.perf_counter() - t0
 
+    # outside the namespaces, a process `ray stop` would end (it matches the name "raylet"): it must survive
+    (tmp / "bin").mkdir()
+    (tmp / "bin" / "raylet").symlink_to(shutil.which("sleep"))
+    bystander = subprocess.Popen([str(tmp / "bin" / "raylet"), "900"])
     try:  # --kill-child: when unshare is killed (the timeout), everything in the namespaces dies with it
         proc = subprocess.run(["unshare", "--pid", "--net", "--mount", "--fork", "--mount-proc", "--kill-child",
                                "bash", str(tmp / "ns.sh"), str(tmp)], env=env, capture_output=True, text=True,
@@ -220,6 +241,10 @@ def test_ray_up_submit_fetch_and_ray_down_on_an_onprem_cluster_over_ssh(tmp_path
         rc, err = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired:
         rc, err = "timed out after 560 s", ""
+    finally:
+        survived = bystander.poll() is None
+        bystander.kill()
+        bystander.wait()
     log = (tmp / "readme.log").read_text() if (tmp / "readme.log").exists() else ""
     sshd_log = (tmp / "sshd" / "sshd.log").read_text() if (tmp / "sshd" / "sshd.log").exists() else ""
     assert rc == 0, f"rc {rc}\n{err[-2000:]}\n--- README block:\n{log[-8000:]}\n--- sshd:\n{sshd_log[-2000:]}"
@@ -235,6 +260,7 @@ def test_ray_up_submit_fetch_and_ray_down_on_an_onprem_cluster_over_ssh(tmp_path
     assert (Path(run_dir) / "manifest" / "manifest.parquet").exists(), "the run folder stayed on the head"
     installed = list((head_home / "raybench-venv").glob("lib/python*/site-packages/raybench/__init__.py"))
     assert installed, "the head's raybench came from the shipped wheel, installed into ~/raybench-venv"
+    assert survived, "the head's `ray stop` reached a process outside the rehearsal's namespaces"
     left = (tmp / "ps-after.txt").read_text()
     assert not any(name in left for name in ("raylet", "gcs_server")), f"ray down left Ray running:\n{left}"
     print(f"\non-prem rehearsal: {time.perf_counter() - t0:.0f} s ({prepared:.0f} s preparing the laptop and head)")
