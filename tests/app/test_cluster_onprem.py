@@ -211,6 +211,7 @@ def test_the_rehearsal_says_why_it_cannot_run(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 520-576 s on the 2-core Intel VM shared by 9 agents (load 35-50); the suite's is 600
 def test_ray_up_submit_fetch_and_ray_down_on_an_onprem_cluster_over_ssh(tmp_path):
     reason = _namespaces_refused()
     if reason:
@@ -237,10 +238,10 @@ def test_ray_up_submit_fetch_and_ray_down_on_an_onprem_cluster_over_ssh(tmp_path
     try:  # --kill-child: when unshare is killed (the timeout), everything in the namespaces dies with it
         proc = subprocess.run(["unshare", "--pid", "--net", "--mount", "--fork", "--mount-proc", "--kill-child",
                                "bash", str(tmp / "ns.sh"), str(tmp)], env=env, capture_output=True, text=True,
-                              timeout=560)
+                              timeout=840)
         rc, err = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired:
-        rc, err = "timed out after 560 s", ""
+        rc, err = "timed out after 840 s", ""
     finally:
         survived = bystander.poll() is None
         bystander.kill()
