@@ -9,7 +9,6 @@ this editable checkout.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -25,10 +24,12 @@ from raybench import __version__
 from raybench.app.cli import main
 from raybench.app.cluster_cli import REQUIREMENTS, SUMS, WHEEL_DIR, find_checkout, runtime_requirements
 from raybench.core.errors import USER_EXIT_CODE
+from tests.venvs import clean_env, make_venv, venv_site_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "cluster"
 CLOUD = [CLUSTER / "aws.yaml", CLUSTER / "gcp.yaml"]
+LAUNCHERS = [*CLOUD, CLUSTER / "onprem.yaml"]  # onprem's set-up runs for real in tests/app/test_cluster_onprem.py
 DOCKERFILE = CLUSTER / "kuberay" / "Dockerfile"
 MOUNT = "~/raybench_wheel"  # where aws.yaml / gcp.yaml mount cluster/wheel on every node
 SETUP_KEYS = ("setup_commands", "head_setup_commands", "worker_setup_commands")
@@ -124,7 +125,7 @@ def test_no_launcher_installs_raybench_by_name_from_a_registry():
     assert not offenders, "raybench must come only from the wheel of `raybench cluster wheel`: " + "; ".join(offenders)
 
 
-@pytest.mark.parametrize("name", [*(p.name for p in CLOUD), "Dockerfile"])
+@pytest.mark.parametrize("name", [*(p.name for p in LAUNCHERS), "Dockerfile"])
 def test_launchers_install_raybench_only_from_the_checked_wheel(name):
     commands = _dockerfile()[1] if name == "Dockerfile" else _launcher_commands(CLUSTER / name)
     wheel_installs = [(c, args) for c in commands for args in _pip_installs(c)
@@ -137,7 +138,7 @@ def test_launchers_install_raybench_only_from_the_checked_wheel(name):
     assert not any(re.match(r"(-i|--index-url|--extra-index-url|--find-links|-f)\b", a) for a in args)
 
 
-@pytest.mark.parametrize("path", CLOUD, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", LAUNCHERS, ids=lambda p: p.name)
 def test_launcher_mounts_the_folder_raybench_cluster_wheel_writes(path):
     cfg = yaml.safe_load(path.read_text())
     local = (cfg.get("file_mounts") or {}).get(MOUNT)
@@ -242,15 +243,33 @@ def test_cluster_wheel_names_an_unknown_extra(wheel_dir):
 
 
 def _venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A clean virtualenv over this interpreter's packages (torch, ray are there), and an environment without
-    any package index: PIP_NO_INDEX=1 and no pip configuration (no find-links, no extra index)."""
+    """A clean virtualenv over the running interpreter's packages (torch, ray are there; tests/venvs.py: from a
+    virtualenv as from the system python), and an environment without any package index."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PIP_") and k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env.update(PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
-               PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv))
-    return venv, env
+    make_venv(venv)
+    return venv, clean_env(venv)
+
+
+def test_a_test_venv_sees_the_packages_of_a_virtualenv_running_the_suite(tmp_path):
+    """README command 2 run inside a fresh `python3 -m venv`: the venv of the tests below must see the packages of
+    the venv running the suite, which its base interpreter lacks (a nested `venv --system-site-packages` saw only
+    the base's: no ray, so requirements.txt failed without an index). The running venv here is a stand-in
+    holding one package of its own; from the system python `running_site_dirs` covers the base itself."""
+    outer, inner = tmp_path / "outer", tmp_path / "inner"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(outer)], check=True)
+    package = venv_site_packages(outer) / "only_in_the_running_venv"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    build = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
+             f"from tests.venvs import make_venv; make_venv(Path({str(inner)!r}))")
+    made = subprocess.run([str(outer / "bin" / "python"), "-c", build], env=clean_env(outer), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr[-2000:]
+    probe = "import only_in_the_running_venv, sys; print(sys.prefix)"
+    seen = subprocess.run([str(inner / "bin" / "python"), "-c", probe], env=clean_env(inner), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert seen.returncode == 0, f"the nested venv lost the running venv's packages: {seen.stderr[-1000:]}"
+    assert Path(seen.stdout.strip()) == inner
 
 
 def _install_commands(name: str, mounted: Path) -> list[str]:
