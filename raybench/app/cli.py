@@ -72,10 +72,18 @@ class UserError(click.ClickException):
 
 
 def _one_line(err: BaseException) -> str:
+    """The error as one line; the `--verbose` hint only where the traceback shows more than the message does."""
     text = " ".join(str(err).split()) or type(err).__name__
     if isinstance(err, yaml.YAMLError):
         return f"malformed YAML: {text}"
-    return f"{text} (run `raybench --verbose ...` for the traceback)"
+    return f"{text} (run `raybench --verbose ...` for the traceback)" if traceback_helps(err) else text
+
+
+def traceback_helps(err: BaseException) -> bool:
+    """Whether `err` wraps a lower-level exception (a torch load, a parquet read, a connection): its traceback
+    then says what the message cannot. A plain user error (a key typo, a missing file) already names the fix."""
+    cause = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    return cause is not None and not isinstance(cause, RaybenchError | yaml.YAMLError)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -65,6 +65,13 @@ def features(run_dir: str, model: str, concept: str, out: str | None, fmt: str, 
     if raw is None or protocol is None:
         raise FeaturesError(f"{root}/run.yaml not found or without a protocol: give a run folder written by "
                             "`raybench grid`")
+    if model not in protocol.grid.models:
+        raise FeaturesError(f"unknown model {model!r} for --model: choose one of {', '.join(protocol.grid.models)}")
+    from dataclasses import replace
+
+    from raybench.analysis import run_folder
+
+    run_folder.check_run_folder(root, "features", replace(run_folder.FEATURES, models=(model,)))
     credentialed = is_credentialed(raw)
     folder = out_folder(root, out, credentialed)
     choice = Choice.resolve(features_config(raw), protocol, expansion=expansion, depth=depth, seed=seed)
