@@ -98,3 +98,65 @@ def test_a_bug_is_not_disguised_as_a_user_error():
     finally:
         main.commands.pop("boom")
     assert isinstance(res.exception, ZeroDivisionError) and res.exit_code == 1
+
+
+# ---------------------------------------------------------------- issue 39: bad inputs as named cases
+
+def _grid_config(tmp_path, body: str) -> list[str]:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"preset: demo\nrun_dir: {tmp_path / 'run'}\ncohort: {{kind: synth, records: 12, patients: 6}}\n"
+                   + body)
+    return ["grid", "--config", str(cfg), "--until", "cohort"]
+
+
+GRID_REFUSALS = {  # name -> (config body, what the one line names); refused before any stage writes anything
+    "checkpoint_key_in_wrong_case": ("encoders: {checkpoints: {ECG_FM: /w.pt}}\n", ("'ECG_FM'", "ecg_fm")),
+    "checkpoint_key_not_a_model": ("encoders: {checkpoints: {ecgfm: /w.pt}}\n", ("'ecgfm'", "cardiac_fm")),
+    "unknown_model": ("protocol: {grid: {models: [ecgfm]}}\n", ("unknown model 'ecgfm'", "ecg_fm")),
+    "missing_checkpoint_file": ("encoders: {size: full, checkpoints: {csfm: /nowhere/csfm.pth}}\n",
+                                ("encoders.checkpoints.csfm", "/nowhere/csfm.pth")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRID_REFUSALS))
+def test_grid_refuses_models_and_checkpoints_before_any_stage(tmp_path, case):
+    body, needles = GRID_REFUSALS[case]
+    res = _run(_grid_config(tmp_path, body))
+    _assert_user_error(res, *needles)
+    assert "--verbose" not in res.output, "a config typo needs no traceback"
+    assert not (tmp_path / "run").exists(), "nothing written: checked before the cohort stage"
+
+
+CLUSTER_COMMANDS = {
+    "status": ["status", "--address", "http://127.0.0.1:9"],
+    "logs": ["logs", "--address", "http://127.0.0.1:9"],
+    "stop": ["stop", "--address", "http://127.0.0.1:9", "raysubmit_x"],
+    "submit": ["submit", "--address", "http://127.0.0.1:9", "--", "grid"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(CLUSTER_COMMANDS))
+def test_cluster_commands_without_a_cluster_print_one_line(command, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    res = _run(CLUSTER_COMMANDS[command])
+    _assert_user_error(res, "no Ray cluster answers at http://127.0.0.1:9", f"`raybench {command}` talks to Ray Jobs")
+    assert "--verbose" not in res.output
+
+
+def test_the_traceback_hint_only_where_a_traceback_helps():
+    from raybench.app.cli import _one_line
+    from raybench.core.config import ConfigError
+
+    assert "--verbose" not in _one_line(ConfigError("encoders.checkpoints: 'X' is not a model"))
+    try:
+        try:
+            raise OSError("disk says no")
+        except OSError as err:
+            raise ConfigError("cannot read the config") from err
+    except ConfigError as wrapped:
+        assert "--verbose" in _one_line(wrapped)
+
+
+def test_export_errors_exit_2(tmp_path):
+    res = _run(["export", "--run-dir", str(tmp_path / "none"), "--to", str(tmp_path / "out")])
+    _assert_user_error(res, "none")
