@@ -34,9 +34,13 @@ def _local_dir(run_dir: str) -> Path:
 
 
 def _echo_rendered(rendered: Rendered, root: Path) -> None:
+    from raybench.analysis.summary.headline import headline
+
     click.echo(f"figures: {len(rendered.figures)} files in {root / 'figures'}")
     if rendered.audit is not None:
-        click.echo(f"release audit: {rendered.audit.summary}")
+        click.echo(f"release audit: {rendered.audit.summary} (grid completeness, not a model comparison)")
+    for line in headline(root):  # weights, cohort, what the run found
+        click.echo(line)
     click.echo(f"report: {rendered.report}")
 
 

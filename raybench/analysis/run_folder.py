@@ -47,7 +47,7 @@ ANALYZE = Needs(cell_files=ANALYZED_FILES)
 REPORT = Needs(tables=CORE_TABLES)
 FEATURES = Needs(cell_files=(*WEIGHT_FILES, "metrics.json"))
 EXPORT = Needs(cell_files=WEIGHT_FILES, tables=CORE_TABLES)
-EXPORT_CELLS = Needs(cell_files=WEIGHT_FILES)
+EXPORT_CELLS = Needs(cell_files=CELL_FILES)  # the card's intervals come from patient_stats.npz
 
 
 def check_run_folder(run_dir: str | Path, command: str, needs: Needs) -> Path:

@@ -115,7 +115,7 @@ def _reaching(address: str | None, command: str) -> Iterator[None]:
     where = _address_of(address)
     try:
         yield
-    except ConnectionError as err:
+    except ConnectionError:
         raise JobsError(f"no Ray cluster answers at {where}: start one (`ray start --head`, or port-forward a "
                         "cluster's dashboard) or pass its dashboard URL with --address / RAY_ADDRESS; "
                         f"`raybench {command}` talks to Ray Jobs on a cluster (a run folder's state is in its "

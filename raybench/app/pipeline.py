@@ -163,4 +163,9 @@ def grid(config_path: str | None, run_dir: str | None, address: str | None, num_
 
     report = f"{cfg.run_dir.rstrip('/')}/report.html" if is_remote(cfg.run_dir) else \
         RunLayout.at(cfg.run_dir).report.resolve()
+    if not is_remote(cfg.run_dir):
+        from raybench.analysis.summary.headline import headline
+
+        for line in headline(cfg.run_dir):  # weights, cohort, what the run found: the terminal's last lines
+            click.echo(line)
     click.echo(f"total {timings['total']:.1f} s; report: {report}")
