@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 
 import click
 import yaml
@@ -52,6 +53,18 @@ class LazyGroup(click.Group):
             return getattr(module, attr)
         return super().get_command(ctx, name)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with the whole first sentence of its help, wrapped, never cut mid-phrase (click's default
+        cuts it at ~45 characters)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, first_sentence(cmd.help or cmd.short_help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context):
         """User errors (bad config, cohort, manifest, checkpoint, run folder) become one `Error: ...` line and
         exit code 2; `raybench --verbose ...` keeps the traceback."""
@@ -65,6 +78,13 @@ class LazyGroup(click.Group):
             if isinstance(err.__context__, RaybenchError | yaml.YAMLError) and err.exit_code == 1:
                 err.exit_code = USER_EXIT_CODE
             raise
+
+
+def first_sentence(text: str) -> str:
+    """The help's first sentence (up to a full stop followed by a space or the end of the paragraph)."""
+    para = " ".join(text.split("\n\n")[0].split())
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.(\s|$)", para)
+    return para[:end.start() + 1] if end else para
 
 
 class UserError(click.ClickException):
