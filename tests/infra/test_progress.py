@@ -286,3 +286,14 @@ def test_one_pipeline_of_several_encoders_is_one_progress_line():
     with progress.active(rep):
         consume(Batches(), sinks, 0.0, progress=False)
     assert lines == ["  encode 2 encoders in one pass (csfm, ecg_fm): 6/6 records in 0:00"]
+
+
+def test_work_added_after_a_task_is_done_starts_a_new_line_instead_of_growing_its_total():
+    clock, lines = Clock(), []
+    rep = progress.PlainReporter(lines.append, clock=clock, timer=False)
+    rep.add_total("boot", "bootstrap tasks", 36, "tasks")
+    rep.advance("boot", 36)
+    clock.t += 5.0
+    rep.add_total("boot", "bootstrap tasks", 210, "tasks")  # the next analysis' bootstrap
+    rep.tick()
+    assert lines == ["  bootstrap tasks: 36/36 tasks in 0:05", "  bootstrap tasks: 0/210 tasks, -- tasks/s, ETA --"]
