@@ -104,9 +104,10 @@ def cohort_text(layout: RunLayout, run: dict[str, Any] | None) -> str:
     n = _records(layout)
     size = f"{n:,} records" if n is not None else "no manifest summary"
     if kind == "synth":
-        made = f"{cohort.get('records', '?')} records, {cohort.get('patients', '?')} patients"
-        return (f"Cohort: synthetic (raybench's generator, {made}; {size} in the manifest): not real ECGs, "
-                "nothing here is a clinical finding.")
+        made = f"{cohort.get('records', '?')} records of {cohort.get('patients', '?')} patients"
+        kept = "" if n is None or str(n) == str(cohort.get("records")) else f"; {size} in the manifest"
+        return (f"Cohort: synthetic (raybench's generator, {made}{kept}): not real ECGs, nothing here is a "
+                "clinical finding.")
     root = cohort.get("root")
     return f"Cohort: {COHORT_NAMES.get(kind, kind)}" + (f" ({Path(str(root)).name})" if root else "") + f", {size}."
 
