@@ -48,7 +48,7 @@ FIX = {"cells.parquet is missing": "raybench train", "profiles": "raybench analy
 CASES = [  # (command, damage): every command that reads what the damage removed
     *[(cmd, "tables_deleted") for cmd in COMMANDS],
     *[(cmd, "one_cell_deleted") for cmd in COMMANDS],
-    ("features", "cell_weights_deleted"), ("export", "cell_weights_deleted"), ("export_saelens", "cell_weights_deleted"),
+    *[(cmd, "cell_weights_deleted") for cmd in ("features", "export", "export_saelens")],
     ("report", "profiles_deleted"), ("export", "profiles_deleted"),
 ]
 
