@@ -47,10 +47,13 @@ def write_fake_run(
     secondary: bool = False,
     run_yaml: bool = True,
     seed: int = 0,
+    cell_folders: bool = True,
 ) -> Path:
     """Write a finished-looking run under `root` (demo protocol by default) and return `root`.
 
     drop: grid keys (model, q, E, seed, arm) with no row in cells; fail: key -> reason (status "failed: reason").
+    cell_folders: with the cells table, a placeholder folder per ok cell (the files the commands check exist,
+    raybench.analysis.run_folder; their content is not an SAE).
     """
     root = Path(root)
     cfg = demo_run(str(root))
@@ -87,6 +90,8 @@ def write_fake_run(
     out.update(_paper_tables(protocol, out, rng, cohort_kind))
     for name in tables:
         write_table(layout.tables_dir / f"{name}.parquet", out[name])
+    if cell_folders and "cells" in tables:
+        _placeholder_cells(layout, out["cells"])
     if secondary:
         write_table(layout.tables_dir / "calibration.parquet", pd.DataFrame(
             {"model": models, "ridge_dense": rng.uniform(.5, .7, len(models)),
@@ -107,6 +112,18 @@ def write_fake_run(
                     "versions": {"raybench": "0.1.0", "python": "3.11.7", "ray": "2.60.0", "torch": "2.13.0"}})
         write_text(layout.run_yaml, yaml.safe_dump(raw, sort_keys=False))
     return root
+
+
+PLACEHOLDER_FILES = ("metrics.json", "patient_stats.npz", "sae.safetensors", "cfg.json")  # run_folder.CELL_FILES
+
+
+def _placeholder_cells(layout: RunLayout, cells: pd.DataFrame) -> None:
+    for cell_dir in cells.loc[cells.status == "ok", "cell_dir"]:
+        folder = layout.root / cell_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in PLACEHOLDER_FILES:
+            if not (folder / name).exists():
+                (folder / name).write_text("{}" if name.endswith(".json") else "placeholder")
 
 
 def all_keys(protocol: Protocol) -> list[Key]:

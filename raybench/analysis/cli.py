@@ -34,9 +34,13 @@ def _local_dir(run_dir: str) -> Path:
 
 
 def _echo_rendered(rendered: Rendered, root: Path) -> None:
+    from raybench.analysis.summary.headline import headline
+
     click.echo(f"figures: {len(rendered.figures)} files in {root / 'figures'}")
     if rendered.audit is not None:
-        click.echo(f"release audit: {rendered.audit.summary}")
+        click.echo(f"release audit: {rendered.audit.summary} (grid completeness, not a model comparison)")
+    for line in headline(root):  # weights, cohort, what the run found
+        click.echo(line)
     click.echo(f"report: {rendered.report}")
 
 
@@ -59,6 +63,7 @@ def analyze(run_dir: str, config_path: str | None, num_workers: int | None, stri
     _logging(verbose)
     root = _local_dir(run_dir)
     cfg = resolve_config(run_dir, config_path)  # the run's own run.yaml unless --config
+    _check_folder(run_dir, "analyze")
     from raybench.analysis.stage import run_analyze_stage
 
     result = run_analyze_stage(cfg, num_workers=num_workers, allow_incomplete=allow_incomplete, only=only or None)
@@ -76,6 +81,7 @@ def report(run_dir: str, strict: bool, verbose: bool) -> None:
     """Re-draw figures and re-render report.html from existing tables (no recomputation, no Ray)."""
     _logging(verbose)
     root = _local_dir(run_dir)
+    _check_folder(run_dir, "report")  # before anything is drawn or deleted
     from raybench.analysis.stage import render_outputs
 
     protocol = None
@@ -85,6 +91,13 @@ def report(run_dir: str, strict: bool, verbose: bool) -> None:
         click.echo("no run.yaml: keeping any existing release audit (tables/audit.json)")
     _echo_rendered(render_outputs(root, protocol), root)
     _exit_on_audit(root, strict)
+
+
+def _check_folder(run_dir: str, command: str) -> None:
+    """Refuse a damaged run folder before the command writes anything (raybench.analysis.run_folder)."""
+    from raybench.analysis import run_folder
+
+    run_folder.check_run_folder(run_dir, command, run_folder.ANALYZE if command == "analyze" else run_folder.REPORT)
 
 
 def _exit_on_audit(root: Path, strict: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 
 import click
 import yaml
@@ -52,6 +53,18 @@ class LazyGroup(click.Group):
             return getattr(module, attr)
         return super().get_command(ctx, name)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with the whole first sentence of its help, wrapped, never cut mid-phrase (click's default
+        cuts it at ~45 characters)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, first_sentence(cmd.help or cmd.short_help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context):
         """User errors (bad config, cohort, manifest, checkpoint, run folder) become one `Error: ...` line and
         exit code 2; `raybench --verbose ...` keeps the traceback."""
@@ -67,15 +80,30 @@ class LazyGroup(click.Group):
             raise
 
 
+def first_sentence(text: str) -> str:
+    """The help's first sentence (up to a full stop followed by a space or the end of the paragraph)."""
+    para = " ".join(text.split("\n\n")[0].split())
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.(\s|$)", para)
+    return para[:end.start() + 1] if end else para
+
+
 class UserError(click.ClickException):
     exit_code = USER_EXIT_CODE
 
 
 def _one_line(err: BaseException) -> str:
+    """The error as one line; the `--verbose` hint only where the traceback shows more than the message does."""
     text = " ".join(str(err).split()) or type(err).__name__
     if isinstance(err, yaml.YAMLError):
         return f"malformed YAML: {text}"
-    return f"{text} (run `raybench --verbose ...` for the traceback)"
+    return f"{text} (run `raybench --verbose ...` for the traceback)" if traceback_helps(err) else text
+
+
+def traceback_helps(err: BaseException) -> bool:
+    """Whether `err` wraps a lower-level exception (a torch load, a parquet read, a connection): its traceback
+    then says what the message cannot. A plain user error (a key typo, a missing file) already names the fix."""
+    cause = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    return cause is not None and not isinstance(cause, RaybenchError | yaml.YAMLError)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

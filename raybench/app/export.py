@@ -46,6 +46,7 @@ import click
 import yaml
 
 from raybench.core.atomic import file_sha256
+from raybench.core.errors import RaybenchError
 from raybench.core.paths import RunLayout
 from raybench.core.privacy import is_credentialed
 from raybench.core.redaction import redact_config, redact_text, uri_secrets
@@ -64,7 +65,7 @@ RECORD_KEYS = re.compile(r"(^|_)(ids|ecg_ids|subject_ids|patient_ids|study_ids|r
 _DATA_URI = re.compile(rb"data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+")
 
 
-class ExportError(RuntimeError):
+class ExportError(RaybenchError, RuntimeError):
     """The export cannot be made safely; nothing was written to the destination."""
 
 
@@ -322,20 +323,21 @@ def export(run_dir: str, dest: str, fmt: str, cells: str | None) -> None:
     if "://" in run_dir:
         raise click.UsageError(f"--run-dir {run_dir}: export reads a local run folder; copy the run down first "
                                "(inside the credentialed environment) and pass that folder")
+    from raybench.analysis import run_folder
+
     if fmt != "run":
         from raybench.app.export_formats import export_cells
 
         if not cells:
             raise click.UsageError(f"--format {fmt} needs --cells (cell ids or globs)")
+        run_folder.check_run_folder(run_dir, "export", run_folder.EXPORT_CELLS)
         folders = export_cells(run_dir, dest, tuple(c.strip() for c in cells.split(",") if c.strip()), fmt)
         click.echo(f"exported {len(folders)} SAE(s) as {fmt} to {dest}: {', '.join(f.name for f in folders)}")
         return
     if cells:
         raise click.UsageError("--cells applies to --format saelens|safetensors only")
-    try:
-        result = export_run(run_dir, dest)
-    except ExportError as err:
-        raise click.ClickException(str(err)) from None
+    run_folder.check_run_folder(run_dir, "export", run_folder.EXPORT)
+    result = export_run(run_dir, dest)  # an ExportError is a user error: one line, exit 2
     total = sum(f["bytes"] for f in result.files)
     click.echo(f"exported {len(result.files)} files ({total / 1e6:.1f} MB) to {result.dest}; "
                f"{result.left_behind} record-level or unlisted files left in {run_dir}"

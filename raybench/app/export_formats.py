@@ -241,9 +241,12 @@ def checked_cell(layout: RunLayout, cell_id: str, cell_dir: str, dest: Path) -> 
 
 
 def model_card(row: dict[str, Any], cfg: dict[str, Any], run: dict[str, Any], cis: dict[str, tuple],
-               conversion: Conversion | None, fmt: str, metrics: dict[str, Any]) -> str:
-    """README.md of an exported cell."""
+               conversion: Conversion | None, fmt: str, metrics: dict[str, Any], weights: str = "not recorded",
+               cohort: str = "Cohort: not recorded.") -> str:
+    """README.md of an exported cell; `weights` (the encoder's, raybench.analysis.summary.headline.weights) and
+    `cohort` (headline.cohort_text) open it, so a card of a random-weight or synthetic run says so first."""
     lines = [f"# raybench SAE {row['cell_id']}", "",
+             f"**Encoder weights: {weights}.** **{cohort}**", "",
              f"A BatchTopK sparse autoencoder trained by raybench {__version__} (ECG-InterpBench protocol) on frozen "
              f"{row['model']} activations, exported in the `{fmt}` layout.", "",
              "| field | value |", "|---|---|"]
@@ -286,6 +289,8 @@ def model_card(row: dict[str, Any], cfg: dict[str, Any], run: dict[str, Any], ci
 
 def export_cells(run_dir: str | Path, dest: str | Path, patterns: tuple[str, ...], fmt: str) -> list[Path]:
     """Write one folder per selected cell into `dest` (a new or empty folder) in `fmt`; returns the folders."""
+    from raybench.analysis.summary.headline import cohort_text
+    from raybench.analysis.summary.headline import weights as encoder_weights
     from raybench.core.run_state import read_run_yaml, run_protocol
     from raybench.sae.cell_files import load_cell_metrics
     from raybench.sae.data import load_cell_data
@@ -304,6 +309,7 @@ def export_cells(run_dir: str | Path, dest: str | Path, patterns: tuple[str, ...
     cells = pd.read_parquet(layout.cells_table)
     rows = cells.set_index("cell_id")
     inf = protocol.inference
+    weights, cohort = encoder_weights(layout, run), cohort_text(layout, run)
     out = []
     with atomic_dir(dest) as tmp:
         for cell_id in select_cells(cells, patterns):
@@ -330,6 +336,7 @@ def export_cells(run_dir: str | Path, dest: str | Path, patterns: tuple[str, ...
                                  "k": int(sae.k), "conversion": conversion.as_dict(),
                                  "input": "raw activations of the store activations/<model>/layer_NN "
                                           "(token-mean-pooled encoder states)"}})
-            (folder / "README.md").write_text(model_card(row, cfg, run, cis, conversion, fmt, metrics))
+            (folder / "README.md").write_text(model_card(row, cfg, run, cis, conversion, fmt, metrics,
+                                                         weights.get(str(row["model"]), "not recorded"), cohort))
             out.append(Path(dest) / cell_id)
     return out

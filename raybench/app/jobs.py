@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 import click
 
+from raybench.core.errors import RaybenchError
+
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"  # the port-forwarded dashboard
 LAST_JOB_FILE = os.path.join(os.path.expanduser("~"), ".raybench_last_job")
 INSECURE_ENV = "RAYBENCH_ALLOW_INSECURE_HTTP"
@@ -99,12 +101,38 @@ def check_transport(address: str, token: str | None, allow_insecure: bool = Fals
         "or ~/.ray/auth_token; RAY_AUTH_MODE=disabled sends none.")
 
 
+class JobsError(RaybenchError, RuntimeError):
+    """No Ray Jobs server answers, or it refused the request (an unknown job id)."""
+
+
+def _address_of(address: str | None) -> str:
+    return address or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
+
+
+@contextlib.contextmanager
+def _reaching(address: str | None, command: str) -> Iterator[None]:
+    """Ray Jobs' connection and request failures as one JobsError line (the CLI prints it, exit 2)."""
+    where = _address_of(address)
+    try:
+        yield
+    except ConnectionError:
+        raise JobsError(f"no Ray cluster answers at {where}: start one (`ray start --head`, or port-forward a "
+                        "cluster's dashboard) or pass its dashboard URL with --address / RAY_ADDRESS; "
+                        f"`raybench {command}` talks to Ray Jobs on a cluster (a run folder's state is in its "
+                        "report.html)") from None
+    except RuntimeError as err:
+        if isinstance(err, RaybenchError):
+            raise
+        raise JobsError(f"Ray Jobs at {where} refused `raybench {command}`: {' '.join(str(err).split())[:300]}") \
+            from err
+
+
 def _insecure_opt_in(flag: bool) -> bool:
     return flag or os.environ.get(INSECURE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def _client(address: str | None, allow_insecure: bool = False):
-    address = address or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
+    address = _address_of(address)
     token = auth_token()
     check_transport(address, token, _insecure_opt_in(allow_insecure))
     from ray.job_submission import JobSubmissionClient
@@ -230,7 +258,12 @@ def _address(fn):
 def submit(address: str | None, allow_insecure: bool, working_dir: str, include: tuple[str, ...],
            pip_pkgs: tuple[str, ...], num_cpus: float, num_gpus: float, no_wait: bool, args: tuple[str, ...]) -> None:
     """Run `raybench ARGS` as a Ray job on a cluster, e.g. `raybench submit -- grid --config run.yaml`."""
-    client = _client(address, allow_insecure)
+    with _reaching(address, "submit"):
+        _submit(_client(address, allow_insecure), working_dir, include, pip_pkgs, num_cpus, num_gpus, no_wait, args)
+
+
+def _submit(client, working_dir: str, include: tuple[str, ...], pip_pkgs: tuple[str, ...], num_cpus: float,
+            num_gpus: float, no_wait: bool, args: tuple[str, ...]) -> None:
     with staged_working_dir(working_dir, args, include) as (staged, args, files):
         shown = sorted({f.split("/", 1)[0] + ("/" if "/" in f else "") for f in files})
         click.echo(f"uploading {len(files)} files: {', '.join(shown) or '(none)'}")
@@ -250,10 +283,11 @@ def submit(address: str | None, allow_insecure: bool, working_dir: str, include:
 @_address
 @click.argument("job_id", required=False)
 def status(address: str | None, allow_insecure: bool, job_id: str | None) -> None:
-    """Show a job's status (default: the last submitted job)."""
-    client = _client(address, allow_insecure)
-    job_id = _job_or_last(job_id)
-    info = client.get_job_info(job_id)
+    """Show the state of a Ray Jobs job sent by `raybench submit` (default: the last one); not a run folder's."""
+    with _reaching(address, "status"):
+        client = _client(address, allow_insecure)
+        job_id = _job_or_last(job_id)
+        info = client.get_job_info(job_id)
     click.echo(f"{job_id}: {info.status}" + (f" ({info.message})" if info.message else ""))
 
 
@@ -262,23 +296,26 @@ def status(address: str | None, allow_insecure: bool, job_id: str | None) -> Non
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
 @click.argument("job_id", required=False)
 def logs(address: str | None, allow_insecure: bool, follow: bool, job_id: str | None) -> None:
-    """Print a job's logs (default: the last submitted job)."""
-    client = _client(address, allow_insecure)
-    job_id = _job_or_last(job_id)
-    if follow:
-        _follow(client, job_id)
-    else:
-        click.echo(client.get_job_logs(job_id), nl=False)
+    """Print the logs of a Ray Jobs job sent by `raybench submit` (default: the last one)."""
+    with _reaching(address, "logs"):
+        client = _client(address, allow_insecure)
+        job_id = _job_or_last(job_id)
+        if follow:
+            _follow(client, job_id)
+        else:
+            click.echo(client.get_job_logs(job_id), nl=False)
 
 
 @click.command()
 @_address
 @click.argument("job_id", required=False)
 def stop(address: str | None, allow_insecure: bool, job_id: str | None) -> None:
-    """Stop a running job (default: the last submitted job)."""
-    client = _client(address, allow_insecure)
-    job_id = _job_or_last(job_id)
-    click.echo(f"{job_id}: {'stop requested' if client.stop_job(job_id) else 'not running'}")
+    """Stop a running Ray Jobs job sent by `raybench submit` (default: the last one)."""
+    with _reaching(address, "stop"):
+        client = _client(address, allow_insecure)
+        job_id = _job_or_last(job_id)
+        stopped = client.stop_job(job_id)
+    click.echo(f"{job_id}: {'stop requested' if stopped else 'not running'}")
 
 
 def _follow(client, job_id: str, poll_s: float = 1.0) -> None:

@@ -86,13 +86,13 @@ def run_pipeline(cfg: RunConfig, echo: Callable[[str], None] | None = None, allo
     cfg.validate()
     stages = [analyze_stage(allow_incomplete=True) if allow_incomplete and s.name == "analyze" else s
               for s in STAGES]
+    for stage in stages:  # every stage's external inputs (models, checkpoints), before Ray starts or anything
+        stage.check(cfg)  # is written, even for stages after `until`
     if until is not None:
         names = [s.name for s in stages]
         if until not in names:
             raise PipelineError(f"unknown stage {until!r} for until: choose one of {', '.join(names)}")
         stages = stages[:names.index(until) + 1]
-    for stage in stages:  # every stage's external inputs, before Ray starts or anything is written
-        stage.check(cfg)
     check_writable(cfg.run_dir)
     from raybench.infra.run_lock import run_lock
 
@@ -163,4 +163,9 @@ def grid(config_path: str | None, run_dir: str | None, address: str | None, num_
 
     report = f"{cfg.run_dir.rstrip('/')}/report.html" if is_remote(cfg.run_dir) else \
         RunLayout.at(cfg.run_dir).report.resolve()
+    if not is_remote(cfg.run_dir):
+        from raybench.analysis.summary.headline import headline
+
+        for line in headline(cfg.run_dir):  # weights, cohort, what the run found: the terminal's last lines
+            click.echo(line)
     click.echo(f"total {timings['total']:.1f} s; report: {report}")

@@ -254,8 +254,12 @@ def finish_manifest(out_dir: str | Path, records: pd.DataFrame, root: Path, conc
     per_patient = df.groupby("patient_id")["split"].nunique()
     if (per_patient > 1).any():  # impossible when the split is a function of the patient; refuse, never leak
         raise ManifestError(f"patients in two splits: {per_patient[per_patient > 1].index[:5].tolist()}")
-    if len(df) == 0:
-        notes.append("WARNING: no usable records; see quarantine.csv")
+    if len(df) == 0:  # a manifest of nothing would let every later stage "succeed" on nothing
+        reasons = Counter(str(q.get("reason", "?")) for q in quarantine).most_common(2)
+        why = ("; ".join(f"{n} x {r}" for r, n in reasons) if reasons
+               else f"the index lists no record ({summary.get('records_listed', 0)} rows)")
+        raise ManifestError(f"{root}: no usable record for the manifest ({why}); point the command at the dataset "
+                            "folder, and check --rate against the records folder it has (records100/ or records500/)")
 
     qdf = pd.DataFrame(list(quarantine), columns=list(MANIFEST_QUARANTINE_COLUMNS))
     qdf = qdf.sort_values("ecg_id", kind="stable")

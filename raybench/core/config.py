@@ -250,6 +250,7 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         validate_sections(self)
+        _check_checkpoint_keys(self)
         return self
 
     def hashed_config(self) -> dict[str, Any]:
@@ -264,6 +265,15 @@ class RunConfig:
     def config_hash(self) -> str:
         """Hash of what determines results (hashed_config), not of where or how fast."""
         return hashlib.sha256(json.dumps(self.hashed_config(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_checkpoint_keys(cfg: RunConfig) -> None:
+    """A checkpoint under a key that is no model (`ECG_FM` for `ecg_fm`) would leave that model on random weights
+    without a word: refused, naming the key and the choices."""
+    models = [*cfg.protocol.grid.models, *(m for m in MODELS if m not in cfg.protocol.grid.models)]
+    for key in cfg.encoders.checkpoints:
+        if key not in models:
+            raise ConfigError(f"encoders.checkpoints: {key!r} is not a model: use one of {', '.join(models)}")
 
 
 # ---------------------------------------------------------------- presets

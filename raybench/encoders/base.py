@@ -94,7 +94,22 @@ def load_torch_checkpoint(path: str | Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise CheckpointError(f"checkpoint {path} cannot be loaded safely (weights_only=True): {err}") from err
+        raise CheckpointError(f"checkpoint {path} cannot be loaded safely (weights_only=True): "
+                              f"{load_failure(path, err)}") from err
+
+
+def load_failure(path: Path, err: BaseException) -> str:
+    """Why torch.load refused `path`, in raybench's words: torch's own text suggests `weights_only=False`, which
+    raybench never does (it would run code from the file), and an empty file gives no text at all."""
+    if path.is_file() and path.stat().st_size == 0:
+        return "the file is empty (0 bytes): copy the checkpoint again"
+    text = " ".join(str(err).split())
+    if "Weights only load failed" in text:
+        detail = text.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation")[0].strip() \
+            if "WeightsUnpickler error:" in text else ""
+        return ("not a checkpoint raybench can read without running code from it (a corrupt or foreign file, or "
+                "one that pickles objects beyond tensors)" + (f"; torch: {detail}" if detail else ""))
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def load_state_dict_strict(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:

@@ -30,6 +30,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,26 @@ from raybench.infra.resources import with_encoder_gpus
 __all__ = ["MANIFEST_COLUMNS", "Builder", "EncoderActor", "ExtractionError", "ManifestRecords", "actor_cpus",
            "encode_states", "extract_activations", "extract_models", "load_batch", "native_input",
            "read_manifest_records", "split_sizes"]
+
+
+def checkpoint_sha256(path: str | None) -> str | None:
+    """sha256 of a checkpoint file (of a folder: over its files' relative paths and hashes), recorded in every
+    store's index.json so the report and model cards name the exact weights; None without a checkpoint."""
+    import hashlib
+
+    from raybench.core.atomic import file_sha256
+
+    if not path or "://" in path:
+        return None
+    p = Path(path).expanduser()
+    if p.is_file():
+        return file_sha256(p)
+    if not p.is_dir():
+        return None
+    h = hashlib.sha256()
+    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+        h.update(f"{f.relative_to(p).as_posix()}\0{file_sha256(f)}\n".encode())
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------- driver
@@ -102,6 +123,7 @@ def extract_activations(manifest_path: str | os.PathLike, run_root: str | os.Pat
     n_total = len(manifest.df)
     t0 = time.perf_counter()
     extra = {"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint, "input_shape": list(x_shape),
+             "checkpoint_sha256": checkpoint_sha256(spec.checkpoint),
              "fingerprint_key": fingerprint_key(spec) if builder is None else None}
     writers = {layer: store.writer(spec.name, layer, n_layers=n_layers, d=d, manifest_hash=manifest.manifest_hash,
                                    fingerprint=fingerprint, capacity=capacity, extra=extra) for layer in todo}
@@ -161,6 +183,7 @@ def extract_models(manifest_path: str | os.PathLike, run_root: str | os.PathLike
                                     capacity=capacity,
                                     extra={"size": spec.size, "profile": spec.profile, "checkpoint": spec.checkpoint,
                                            "input_shape": list(x_shape),
+                                           "checkpoint_sha256": checkpoint_sha256(spec.checkpoint),
                                            "fingerprint_key": fingerprint_key(spec) if builder is None else None})
                 for layer in todo} for spec, builder, _, todo, summary, x_shape in jobs]
     sinks = [Sink(job[0].name, w, job[3], n_total, f"{i}:") for i, (job, w) in enumerate(zip(jobs, writers,

@@ -59,8 +59,12 @@ def consume(ds, sinks: list[Sink], t0: float, progress: bool) -> list[pd.DataFra
     last_id = -(2**63)
     last_report = t0
     display = live_progress.current()
-    for sink in sinks:
-        display.start(sink.key, f"encode {sink.name}", sink.n_total, "records")
+    # one display line per pass over the records: sinks fed by one pipeline (one actor running several encoders)
+    # advance together, and six identical lines would say nothing more than one
+    key = sinks[0].key if len(sinks) == 1 else "encode"
+    label = f"encode {sinks[0].name}" if len(sinks) == 1 else \
+        f"encode {len(sinks)} encoders in one pass ({', '.join(s.name for s in sinks)})"
+    display.start(key, label, sinks[0].n_total, "records")
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1):
         ids = batch["ecg_id"]
         if len(ids) and (ids[0] <= last_id or np.any(np.diff(ids) <= 0)):
@@ -69,17 +73,16 @@ def consume(ds, sinks: list[Sink], t0: float, progress: bool) -> list[pd.DataFra
             last_id = int(ids[-1])
         for sink in sinks:
             sink.take(batch)
-            display.update(sink.key, done=sink.seen)
+        display.update(key, done=sinks[0].seen)
         now = time.perf_counter()
         if progress and now - last_report > 30:
             for sink in sinks:
                 say(f"[encode] {sink.name}: {sink.seen}/{sink.n_total} records, {sink.seen / (now - t0):.1f} rec/s")
             last_report = now
-    out = []
-    for sink in sinks:
-        quarantine = sink.close()
-        display.finish(sink.key, f"{len(quarantine)} quarantined" if len(quarantine) else None)
-        out.append(quarantine)
+    out = [sink.close() for sink in sinks]
+    bad = {sink.name: len(q) for sink, q in zip(sinks, out, strict=True) if len(q)}
+    display.finish(key, ", ".join(f"{name}: {n} quarantined" if len(sinks) > 1 else f"{n} quarantined"
+                                  for name, n in bad.items()) or None)
     return out
 
 

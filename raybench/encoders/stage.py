@@ -130,6 +130,7 @@ def encode_models(cfg: RunConfig, models: list[str], all_layers: bool = False,
     from raybench.encoders.extract import extract_activations
     from raybench.infra.ray_session import init_ray
 
+    check_encoders(cfg)
     manifest = check_encodable(cfg)
     init_ray(cfg.resources)
     if one_pipeline(cfg, models):
@@ -159,6 +160,27 @@ def _summary_line(name: str, summary: dict) -> str:
             f"{summary['records']} records, {summary['quarantined']} quarantined")
 
 
+def check_encoders(cfg: RunConfig) -> None:
+    """Every model of the grid has an encoder and every checkpoint file named exists: checked when `raybench grid`
+    or `raybench encode` starts, so a typo fails in a second instead of after the cohort and manifest stages."""
+    from raybench.core.models import BUILTIN
+
+    models = cfg.protocol.grid.models
+    if any(m not in BUILTIN for m in models):
+        from raybench.encoders.base import available_encoders  # plugins and run-time registrations too
+
+        known = available_encoders()
+        bad = [m for m in models if m not in known]
+        if bad:
+            raise EncodeError(f"protocol.grid.models: unknown model {bad[0]!r}: choose from {', '.join(known)} "
+                              "(a new encoder registers itself: docs/architecture.md)")
+    for model in models:
+        path = cfg.encoders.checkpoints.get(model)
+        if path and "://" not in path and not Path(path).expanduser().exists():
+            raise EncodeError(f"encoders.checkpoints.{model}: {path} not found: give the path of {model}'s "
+                              "checkpoint file, or remove the entry to run it with random weights")
+
+
 def check_encodable(cfg: RunConfig) -> Path:
     """The run folder is local and holds a manifest; returns the manifest's path."""
     run_dir = cfg.run_dir
@@ -171,4 +193,5 @@ def check_encodable(cfg: RunConfig) -> Path:
     return manifest
 
 
-ENCODE_STAGE = Stage("encode", inputs=("manifest",), is_complete=encode_complete, run=encode_run)
+ENCODE_STAGE = Stage("encode", inputs=("manifest",), is_complete=encode_complete, run=encode_run,
+                     check=check_encoders)

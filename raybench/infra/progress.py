@@ -31,13 +31,24 @@ class Task:
     info: str = ""
     finished: bool = False
     history: list[tuple[float, int]] = field(default_factory=list)
+    per: str | None = None  # the rate's time unit ("s" or "min"), fixed at the first rate shown
 
     def rate(self, now: float) -> float:
-        """Units per second since the task's first progress (start-up latency is not work)."""
+        """Units per second since the task's first progress (start-up latency is not work), up to its last
+        progress once all units are done (so a complete task's rate stays put instead of falling with time)."""
         if self.done <= 0 or not self.history:
             return 0.0
         t0, d0 = self.history[0]
-        return (self.done - d0) / (now - t0) if now > t0 and self.done > d0 else 0.0
+        end = self.history[-1][0] if self.total and self.done >= self.total else now
+        return (self.done - d0) / (end - t0) if end > t0 and self.done > d0 else 0.0
+
+    def rate_text(self, now: float) -> str:
+        """The rate in one time unit for the task's whole life: per second if the first rate shown was at least 1
+        a second, else per minute (a line never switches between the two)."""
+        r = self.rate(now)
+        if r > 0 and self.per is None:
+            self.per = "s" if r >= 1 else "min"
+        return fmt_rate(r, self.unit, self.per)
 
     def eta(self, now: float) -> float | None:
         r = self.rate(now)
@@ -51,10 +62,14 @@ def fmt_seconds(s: float | None) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def fmt_rate(per_s: float, unit: str) -> str:
+def fmt_rate(per_s: float, unit: str, per: str | None = None) -> str:
+    """`per_s` units a second as text, per `per` ("s" or "min"; None: whichever reads better)."""
+    per = per or ("s" if per_s >= 1 or per_s <= 0 else "min")
     if per_s <= 0:
-        return f"-- {unit}/s"
-    return f"{per_s:.1f} {unit}/s" if per_s >= 1 else f"{per_s * 60:.1f} {unit}/min"
+        return f"-- {unit}/{per}"
+    if per == "s":
+        return f"{per_s:.1f} {unit}/s" if per_s >= 1 else f"{per_s:.2f} {unit}/s"
+    return f"{per_s * 60:.1f} {unit}/min"
 
 
 def task_line(task: Task, now: float) -> str:
@@ -63,7 +78,7 @@ def task_line(task: Task, now: float) -> str:
     if task.finished:
         text += f" in {fmt_seconds(now - task.started)}"
     else:
-        text += f", {fmt_rate(task.rate(now), task.unit)}, ETA {fmt_seconds(task.eta(now))}"
+        text += f", {task.rate_text(now)}, ETA {fmt_seconds(task.eta(now))}"
     return text + (f", {task.info}" if task.info else "")
 
 
@@ -104,8 +119,13 @@ class Reporter:
                 self.update(key, done=task.done + n)
 
     def add_total(self, key: str, label: str, n: int, unit: str = "items") -> None:
-        """Grow the total of `key` by n (opening it at 0 if needed): work discovered piece by piece."""
+        """Grow the total of `key` by n (opening it at 0 if needed): work discovered piece by piece. Work added
+        after all of the task's earlier work is done starts a new line (the done one is closed first), so one
+        line's total does not jump from one batch of work to the next (36 -> 246 bootstrap tasks)."""
         with self.lock:
+            task = self.tasks.get(key)
+            if task is not None and not task.finished and task.total and task.done >= task.total:
+                self.finish(key)
             if key not in self.tasks or self.tasks[key].finished:
                 self.start(key, label, 0, unit)
             self.update(key, total=self.tasks[key].total + n)
@@ -145,6 +165,7 @@ class PlainReporter(Reporter):
         super().__init__(clock)
         self.echo = echo
         self.interval_s = interval_s
+        self._printed: dict[str, str] = {}  # each task's last periodic line
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick_loop, daemon=True) if timer else None
         if self._thread is not None:
@@ -155,12 +176,17 @@ class PlainReporter(Reporter):
             self.tick()
 
     def tick(self) -> None:
-        """Print the state of every unfinished task (called by the timer thread)."""
+        """Print the state of every unfinished task (called by the timer thread), leaving out a line that would
+        repeat the one printed last for that task (nothing started yet, or all done and waiting to be closed)."""
         with self.lock:
             now = self.clock()
-            for task in self.tasks.values():
-                if not task.finished:
-                    self.echo(f"  {task_line(task, now)}")
+            for key, task in self.tasks.items():
+                if task.finished:
+                    continue
+                line = f"  {task_line(task, now)}"
+                if self._printed.get(key) != line:
+                    self._printed[key] = line
+                    self.echo(line)
 
     def note(self, text: str) -> None:
         with self.lock:
@@ -197,7 +223,7 @@ class RichReporter(Reporter):
 
     def _changed(self, key: str) -> None:
         task, now = self.tasks[key], self.clock()
-        stats = f"{fmt_rate(task.rate(now), task.unit)}  ETA {fmt_seconds(task.eta(now))}"
+        stats = f"{task.rate_text(now)}  ETA {fmt_seconds(task.eta(now))}"
         if task.info:
             stats += f"  {task.info}"
         fields = {"description": task.label, "total": max(task.total, 1), "completed": task.done,

@@ -14,7 +14,8 @@ import click
 @click.option("--trial-gpus", type=float, default=None, help="GPU fraction per trial, e.g. 0.25 packs four per GPU.")
 @click.option("--max-concurrent", type=int, default=None, help="Cap on concurrent trials (0: as resources allow).")
 def train(config_path: str | None, run_dir: str | None, trial_gpus: float | None, max_concurrent: int | None) -> None:
-    """Train every missing cell (450 primary + 90 sensitivity) and write tables/cells.parquet."""
+    """Train every missing cell of the config's grid (primary arm: models x depths x E x seeds; the fixed-k/N
+    sensitivity arm) and write tables/cells.parquet."""
     from raybench.core.run_state import stage_config, stamp_run
     from raybench.sae.stage import check_trainable, train_run, with_trial_resources
 

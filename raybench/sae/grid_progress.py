@@ -70,8 +70,8 @@ class GridProgress:
         running = [t for t in self.trials.values() if t.state == "running" and t.started is not None]
         if running:
             slow = min(running, key=lambda t: t.started)
-            parts.append(f"slowest {slow.label} {progress.fmt_seconds(self.clock() - slow.started)} "
-                         f"({slow.done}/{slow.n_cells})")
+            parts.append(f"slowest trial {slow.label}: running {progress.fmt_seconds(self.clock() - slow.started)}, "
+                         f"{slow.done} of its {slow.n_cells} cells saved")
         return ", ".join(p for p in parts if p)
 
 

@@ -28,10 +28,20 @@ def with_trial_resources(cfg: RunConfig, trial_gpus: float | None = None,
 
 
 def check_trainable(cfg: RunConfig) -> None:
-    """`raybench train` works on a local (or mounted) run folder."""
+    """`raybench train` works on a local (or mounted) run folder that holds the manifest and every grid model's
+    activation stores; checked before the command records its config in the folder, so a refused train leaves
+    nothing behind (a run.yaml written there would refuse a later `grid --config` of another config)."""
     if "://" in cfg.run_dir:
         raise TrainError(f"--run-dir {cfg.run_dir}: `raybench train` needs a local (or mounted) run folder; "
                          "`raybench grid` works on s3:// runs")
+    layout = RunLayout.at(cfg.run_dir)
+    if not layout.manifest.exists():
+        raise TrainError(f"no manifest at {layout.manifest}: build it with `raybench manifest` (or run "
+                         f"`raybench grid --run-dir {cfg.run_dir}`, which runs every stage)")
+    unencoded = [m for m in cfg.protocol.grid.models if not (layout.activations_dir / m).is_dir()]
+    if unencoded:
+        raise TrainError(f"no activation store for model(s) {', '.join(unencoded)} under {layout.activations_dir}: "
+                         f"run `raybench encode --run-dir {cfg.run_dir}` first")
 
 
 def train_complete(cfg: RunConfig) -> bool:

@@ -49,7 +49,7 @@ def test_credentialed_run_without_loadable_ids_is_refused(tmp_path):
         export_run(layout.root, tmp_path / "out")
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == ["run"]
     res = CliRunner().invoke(main, ["export", "--run-dir", str(layout.root), "--to", str(tmp_path / "out")])
-    assert res.exit_code == 1 and "no record or subject ids" in res.output and str(STUDY) not in res.output
+    assert res.exit_code == 2 and "no record or subject ids" in res.output and str(STUDY) not in res.output
 
 
 def test_cohort_kind_comes_from_the_manifest_when_run_yaml_is_missing(tmp_path):

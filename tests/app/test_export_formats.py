@@ -148,7 +148,7 @@ def _write_cell(folder: Path, d: int = 4, n: int = 8, k: int = 2) -> None:
     from safetensors.numpy import save_file
 
     rng = np.random.default_rng(0)
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     save_file({"W_enc": rng.normal(size=(n, d)).astype(np.float32), "b_enc": np.zeros(n, np.float32),
                "W_dec": rng.normal(size=(d, n)).astype(np.float32), "b_dec": np.zeros(d, np.float32),
                "norm_mean": np.zeros(d, np.float32), "norm_std": np.ones(d, np.float32)},

@@ -349,3 +349,20 @@ def test_a_run_folder_of_an_older_raybench_is_read_from_config_hash_json(tmp_pat
     assert rs.recorded_run_config(cfg.run_dir)[1] == "0123"
     with pytest.raises(rs.PipelineError, match="another config"):
         rs.write_run_yaml(cfg)
+
+
+def test_grid_ends_with_the_weights_the_cohort_and_what_the_run_found(tmp_path, monkeypatch):
+    """The terminal's last lines (issue 39): weights and cohort, per metric who leads as far as the contrasts say,
+    then the report's path."""
+    import raybench.app.pipeline as pl
+    from tests.fake_run import small_protocol, write_fake_run
+
+    root = write_fake_run(tmp_path / "run", small_protocol(), tables=("cells", "profiles", "contrasts"))
+    monkeypatch.setattr(pl, "run_pipeline", lambda cfg, **kw: {"total": 1.0})  # the stages are not this test's
+    res = CliRunner().invoke(main, ["grid", "--run-dir", str(root)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[-1].startswith("total 1.0 s; report: ")
+    assert lines[0].startswith("Encoder weights: random weights (demo encoders)") and lines[1].startswith(
+        "Cohort: synthetic")
+    assert [ln.split(":")[0] for ln in lines[2:5]] == ["Reconstruction", "Accessibility", "Coverage"]

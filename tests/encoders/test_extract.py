@@ -545,3 +545,21 @@ def test_encode_cli_end_to_end(ray_cluster, tmp_path):
     assert layers == sorted({layer_for_depth(q, n_layers) for q in (0.0, 0.25, 0.5, 0.75, 1.0)})
     res = CliRunner().invoke(main, args[:-1])
     assert res.exit_code == 0 and "layers written []" in res.output, res.output
+
+
+def test_checkpoint_sha256_names_the_exact_weights(tmp_path):
+    """Recorded in every store's index.json; the report and model cards quote it (issue 39)."""
+    import hashlib
+
+    from raybench.encoders.extract import checkpoint_sha256
+
+    ck = tmp_path / "w.pt"
+    ck.write_bytes(b"weights")
+    assert checkpoint_sha256(str(ck)) == hashlib.sha256(b"weights").hexdigest()
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    first = checkpoint_sha256(str(folder))
+    (folder / "config.json").write_text('{"x": 1}')
+    assert first and checkpoint_sha256(str(folder)) != first
+    assert checkpoint_sha256(None) is None and checkpoint_sha256(str(tmp_path / "nope")) is None

@@ -228,3 +228,72 @@ def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path):
     assert [ln for ln in quiet.splitlines() if any(c in ln for c in RAY_CHATTER)] == [], quiet
     assert "[1/1] encode    done in" in verbose and "a Ray task ran" in verbose, verbose
     assert any(c in verbose for c in RAY_CHATTER), verbose
+
+
+# ---------------------------------------------------------------- issue 39: lines a reader can follow
+
+def test_a_task_keeps_one_rate_unit_and_a_done_task_keeps_its_rate():
+    clock, lines = Clock(), []
+    rep = progress.PlainReporter(lines.append, clock=clock, timer=False)
+    rep.start("cells", "train cells", 100, "cells")
+    rep.update("cells", done=1)
+    clock.t += 1.0
+    rep.update("cells", done=3)  # 2 cells/s: per second from now on
+    rep.tick()
+    clock.t += 60.0
+    rep.update("cells", done=4)  # 3 cells in 61 s: 0.05 cells/s, still said per second
+    rep.tick()
+    assert [ln.split(", ")[1] for ln in lines] == ["2.0 cells/s", "0.05 cells/s"]
+    rep.update("cells", done=100)
+    done_rate = rep.tasks["cells"].rate(clock())
+    clock.t += 600.0  # all done, waiting to be closed: the rate does not fall with the wait
+    assert rep.tasks["cells"].rate(clock()) == done_rate
+
+
+def test_ticks_do_not_repeat_an_unchanged_line():
+    clock, lines = Clock(), []
+    rep = progress.PlainReporter(lines.append, clock=clock, timer=False)
+    rep.start("enc", "encode 6 encoders in one pass", 1500, "records")
+    rep.tick()
+    clock.t += 10.0
+    rep.tick()  # still nothing encoded: the 0/1500 line is not printed again
+    rep.update("enc", done=1500)
+    clock.t += 10.0
+    rep.tick()
+    clock.t += 10.0
+    rep.tick()  # all done, not yet closed: printed once
+    assert lines == ["  encode 6 encoders in one pass: 0/1500 records, -- records/s, ETA --",
+                     "  encode 6 encoders in one pass: 1500/1500 records, -- records/s, ETA --"]
+
+
+def test_one_pipeline_of_several_encoders_is_one_progress_line():
+    import numpy as np
+
+    from raybench.encoders.sink import Sink, consume
+
+    class Batches:
+        def iter_batches(self, **kw):
+            for lo in (0, 3):
+                ids = np.arange(lo, lo + 3)
+                yield {"ecg_id": ids, "split": np.array(["train"] * 3),
+                       **{f"{i}:{k}": v for i in (0, 1) for k, v in (
+                           ("ok", np.ones(3, bool)), ("states", np.zeros((3, 0, 2))),
+                           ("notes", np.array(["[]"] * 3)), ("device", np.array(["cpu"] * 3)))}}
+
+    clock, lines = Clock(), []
+    rep = progress.PlainReporter(lines.append, clock=clock, timer=False)
+    sinks = [Sink(name, {}, [], 6, f"{i}:") for i, name in enumerate(("csfm", "ecg_fm"))]
+    with progress.active(rep):
+        consume(Batches(), sinks, 0.0, progress=False)
+    assert lines == ["  encode 2 encoders in one pass (csfm, ecg_fm): 6/6 records in 0:00"]
+
+
+def test_work_added_after_a_task_is_done_starts_a_new_line_instead_of_growing_its_total():
+    clock, lines = Clock(), []
+    rep = progress.PlainReporter(lines.append, clock=clock, timer=False)
+    rep.add_total("boot", "bootstrap tasks", 36, "tasks")
+    rep.advance("boot", 36)
+    clock.t += 5.0
+    rep.add_total("boot", "bootstrap tasks", 210, "tasks")  # the next analysis' bootstrap
+    rep.tick()
+    assert lines == ["  bootstrap tasks: 36/36 tasks in 0:05", "  bootstrap tasks: 0/210 tasks, -- tasks/s, ETA --"]

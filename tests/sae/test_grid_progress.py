@@ -62,7 +62,7 @@ def test_tune_events_drive_the_display(grid, tmp_path):
         cb.on_trial_result(0, [], a, {"step": 20})  # a checkpoint or tracking report: no count
         clock.t = 65.0
         assert rep.tasks["train"].done == 7
-        assert grid.info() == "2 trials running, slowest a 1:05 (3/4)"
+        assert grid.info() == "2 trials running, slowest trial a: running 1:05, 3 of its 4 cells saved"
         err = tmp_path / "error.txt"
         err.write_text("Traceback (most recent call last):\n  ...\nRuntimeError: boom on record 17\n")
         b.error_file = str(err)

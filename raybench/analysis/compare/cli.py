@@ -24,6 +24,21 @@ def run_names(run_a: Path, run_b: Path) -> tuple[str, str]:
     return (a, b) if a != b else (str(run_a), str(run_b))
 
 
+def check_runs(root_a: Path, root_b: Path) -> None:
+    """Each argument is a run folder (it has the run.yaml compare reads its protocol from); the same folder twice
+    is allowed, with a warning: every comparison then agrees by construction."""
+    from raybench.analysis.completeness import AnalysisError
+    from raybench.core.paths import RunLayout
+
+    for root in (root_a, root_b):
+        if not RunLayout.at(root).run_yaml.exists():
+            raise AnalysisError(f"{root} has no run.yaml: not a run folder written by `raybench grid`; give two "
+                                "finished run folders")
+    if root_a.resolve() == root_b.resolve():
+        click.echo(f"WARNING: {root_a} and {root_b} are the same run: every leader is preserved and every difference "
+                   "is zero by construction", err=True)
+
+
 @click.command()
 @click.argument("run_a", type=click.Path(file_okay=False))
 @click.argument("run_b", type=click.Path(file_okay=False))
@@ -55,6 +70,7 @@ def compare(run_a: str, run_b: str, out: str | None, draws: int | None, seed: in
     from raybench.infra import ray_session
 
     root_a, root_b = local_run_dir(run_a), local_run_dir(run_b)
+    check_runs(root_a, root_b)
     name_a, name_b = run_names(root_a, root_b)
     cfg_a, cfg_b = resolve_config(run_a, None), resolve_config(run_b, None)
     check_comparable(protocol_differences(cfg_a.protocol, cfg_b.protocol), name_a, name_b)

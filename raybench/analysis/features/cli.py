@@ -65,14 +65,30 @@ def features(run_dir: str, model: str, concept: str, out: str | None, fmt: str, 
     if raw is None or protocol is None:
         raise FeaturesError(f"{root}/run.yaml not found or without a protocol: give a run folder written by "
                             "`raybench grid`")
+    if model not in protocol.grid.models:
+        raise FeaturesError(f"unknown model {model!r} for --model: choose one of {', '.join(protocol.grid.models)}")
+    from dataclasses import replace
+
+    from raybench.analysis import run_folder
+
+    run_folder.check_run_folder(root, "features", replace(run_folder.FEATURES, models=(model,)))
     credentialed = is_credentialed(raw)
     folder = out_folder(root, out, credentialed)
     choice = Choice.resolve(features_config(raw), protocol, expansion=expansion, depth=depth, seed=seed)
     view = model_view(root, protocol, model, choice)
-    fig = dashboard_figure(view, concept, record_loader(root))
+    from raybench.analysis.features.dashboards import weak_r_note
+    from raybench.analysis.summary.headline import dashboard_about
+
+    about = dashboard_about(root, model)
+    threshold = protocol.eval.coverage_threshold
+    fig = dashboard_figure(view, concept, record_loader(root), about, threshold)
     path = save_figure_file(fig, folder / f"{safe_name(model)}-{safe_name(concept)}.{fmt}", fmt)
     _, cv = view.concept(concept)
     click.echo(f"{path}: {model} {concept}, latent {cv.latent} of {view.cell['cell_id']} (r = {cv.r:+.3f}, "
                f"{len(cv.picks)} records)")
+    click.echo(about)
+    weak = weak_r_note(cv.r, threshold)
+    if weak:
+        click.echo(weak)
     if credentialed:
         click.echo("record-level waveforms of a credentialed cohort: keep this file inside your environment")

@@ -29,6 +29,15 @@ class FeaturesError(RaybenchError, ValueError):
     """No dashboard can be drawn for the requested model, concept or cell; the message says what to choose."""
 
 
+def weak_r_note(r: float, threshold: float) -> str | None:
+    """The caveat a dashboard carries when its latent barely tracks the concept (|r| below the coverage threshold,
+    docs/protocol.md §7): its top records then say little about the concept."""
+    if abs(r) >= threshold:
+        return None
+    return (f"weak: |r| = {abs(r):.2f} is below the coverage threshold {threshold:.2f}, so this latent barely tracks "
+            "the concept; its records show little about it")
+
+
 @dataclass(frozen=True)
 class Choice:
     """Which cell per model and how many records a dashboard shows (FeaturesConfig, resolved)."""

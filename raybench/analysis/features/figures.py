@@ -29,7 +29,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from raybench.analysis.features.dashboards import Choice, ConceptView, ModelView, model_view
+from raybench.analysis.features.dashboards import Choice, ConceptView, ModelView, model_view, weak_r_note
 from raybench.analysis.features.ecg_paper import PaperCanvas, draw_ecg, paper_size_mm, quantized_png
 from raybench.analysis.inference.shared_jobs import run_jobs
 from raybench.analysis.report.plotting import METADATA, RC, model_label
@@ -168,13 +168,18 @@ class PanelCanvas:
         return quantized_png(np.asarray(self.canvas.buffer_rgba()), colors=64)
 
 
-def dashboard_figure(view: ModelView, concept: str, load: Loader) -> Figure:
-    """One whole dashboard: the stats panel, then every picked record on ECG paper, labelled with its activation."""
+def dashboard_figure(view: ModelView, concept: str, load: Loader, about: str = "",
+                     threshold: float | None = None) -> Figure:
+    """One whole dashboard: the stats panel, then every picked record on ECG paper, labelled with its activation.
+    `about` (the encoders' weights and the cohort, raybench.analysis.summary.headline) and a weak-r caveat go under
+    the title (the caveat when |r| is below `threshold`, eval.coverage_threshold), so the picture says what it shows
+    even alone."""
     c, cv = view.concept(concept)
     width_mm, height_mm = paper_size_mm()
     width = width_mm / 25.4
     ecg_h = height_mm / 25.4
-    stats_h, head_h = 3.0, 0.9
+    weak = weak_r_note(cv.r, threshold) if threshold is not None else None
+    stats_h, head_h = 3.0, 0.9 + 0.2 * (bool(about) + bool(weak))
     n = len(cv.picks)
     total = head_h + stats_h + n * ecg_h
     fig = Figure(figsize=(width, total))
@@ -183,7 +188,8 @@ def dashboard_figure(view: ModelView, concept: str, load: Loader) -> Figure:
     StatsPanel(fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1])).show(view, c, cv)
     fig.suptitle(f"{model_label(view.model)} · {cv.concept} · latent {cv.latent} · {view.cell['cell_id']} "
                  f"(layer {view.cell['layer']}, E = {view.cell['expansion']}, k = {view.cell['k']}, "
-                 f"seed {view.cell['seed']})", fontsize=10, y=1 - 0.15 / total, va="top")
+                 f"seed {view.cell['seed']})" + "".join(f"\n{t}" for t in (about, weak) if t), fontsize=10,
+                 y=1 - 0.15 / total, va="top")
     for i, pick in enumerate(cv.picks):
         signal, fs = load(pick.ecg_id)
         ax = fig.add_subplot(gs[1 + i, :])

@@ -15,7 +15,9 @@ import html
 from typing import Any
 
 from raybench.analysis.api import Context, Section
+from raybench.analysis.features.dashboards import weak_r_note
 from raybench.analysis.features.figures import KIND_LABELS, dashboards_enabled, read_index
+from raybench.analysis.summary.headline import cohort_text, weights_text
 
 PREFIX = "figures/dashboards/"
 
@@ -68,10 +70,12 @@ def _record(pick: dict[str, Any], concept: str) -> str:
             f"activation {pick['activation']:.3f}, {html.escape(concept)} = {value}</figcaption></figure>")
 
 
-def _concept_block(model: dict[str, Any], c: dict[str, Any]) -> str:
+def _concept_block(model: dict[str, Any], c: dict[str, Any], threshold: float | None = None) -> str:
+    weak = weak_r_note(float(c["r"]), threshold) if threshold is not None else None
     head = (f"<h3>{_e(model['label'])} · {_e(c['concept'])}: latent {_e(c['latent'])}</h3>"
             f"<p class='note'>r = {c['r']:+.3f} on the test split (the value behind the cell's accessibility), "
-            f"fires on {c['firing_rate']:.1%} of {_e(model['n_test'])} test records.</p>")
+            f"fires on {c['firing_rate']:.1%} of {_e(model['n_test'])} test records.</p>"
+            + (f"<p class='badge warn'>{html.escape(weak.capitalize())}.</p>" if weak else ""))
     return (f"<div class='fd' hidden data-model='{html.escape(model['model'])}' "
             f"data-concept='{html.escape(c['concept'])}'>{head}{_img(c['panel'], c['concept'] + ' panel', 'fd-panel')}"
             + "".join(_record(p, c["concept"]) for p in c["picks"]) + "</div>")
@@ -110,7 +114,9 @@ def features_body(ctx: Context) -> str:
     opts_m = "".join(f"<option value='{html.escape(m['model'])}'>{html.escape(m['label'])}</option>" for m in models)
     opts_c = "".join(f"<option value='{html.escape(c)}'>{html.escape(c)}</option>" for c in concepts)
     cells = ", ".join(f"{html.escape(m['label'])}: <code>{html.escape(m['cell']['cell_id'])}</code>" for m in models)
-    out = [f"<p class='intro'>What each concept's selected latent responds to, in one cell per model (E = "
+    about = f"{weights_text(ctx.layout, ctx.run)} {cohort_text(ctx.layout, ctx.run)}"
+    out = [f"<p class='badge warn'>{html.escape(about)}</p>",
+           f"<p class='intro'>What each concept's selected latent responds to, in one cell per model (E = "
            f"{_e(choice.get('expansion'))}, depth q = {_e(choice.get('depth'))}, "
            + (f"seed {_e(choice['seed'])}" if choice.get("seed") is not None else "lowest seed")
            + f"; {cells}): the top-activating test records on ECG paper (25 mm/s, 10 mm/mV), records near the "
@@ -118,8 +124,12 @@ def features_body(ctx: Context) -> str:
            "concept's raw value. Choose a model and a concept; images load when shown.</p>",
            f"<p id='fd-view'><label>Model <select id='fd-model'>{opts_m}</select></label> "
            f"<label>Concept <select id='fd-concept'>{opts_c}</select></label></p>"]
+    try:
+        cut = float(threshold)
+    except ValueError:
+        cut = None
     for m in models:
-        out += [_concept_block(m, c) for c in m["concepts"]]
+        out += [_concept_block(m, c, cut) for c in m["concepts"]]
         out.append(_unexplained_block(m, threshold))
     if index.get("skipped"):
         out.append("<p class='note'>Models without dashboards: " + "; ".join(

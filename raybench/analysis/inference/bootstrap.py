@@ -172,14 +172,15 @@ def packed_patient_bootstrap(items: Iterable[tuple[Path | str, dict[str, np.ndar
     counts: list[ray.ObjectRef] = []
     first_active: list[np.ndarray] = []
     tasks: list[tuple[int, int, ray.ObjectRef]] = []  # (draw chunk, block, task)
-    shown = progress.current()
+    shown = progress.current()  # every task counted up front: the total does not grow block by block
+    n_blocks = -(-len(cell_ids) // cells_per_block)
+    shown.add_total("bootstrap", "bootstrap tasks", n_chunks(n_draws, chunk_draws) * n_blocks, "tasks")
 
     def submit(ready: BlockReady) -> None:
         if not counts:
             first_active.append(ready.active)
             counts.extend(_count_refs(ready.n_patients, ready.active, n_draws, seed, chunk_draws, stream))
         y_ref = ray.put(ready.y_matrix)
-        shown.add_total("bootstrap", "bootstrap tasks", len(counts), "tasks")
         tasks.extend((c, ready.index, _patient_chunk.remote(cref, y_ref, ready.block, ready.group, n_concepts,
                                                             threshold)) for c, cref in enumerate(counts))
 

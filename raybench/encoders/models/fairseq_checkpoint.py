@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from raybench.encoders.base import CheckpointError
+from raybench.encoders.base import CheckpointError, load_failure
 
 
 class _Recorded:
@@ -165,7 +165,7 @@ def load_fairseq_checkpoint(path: str | Path) -> dict:
     except Exception as err:
         raise CheckpointError(
             f"checkpoint {path} cannot be loaded safely (weights_only=True with the fairseq allow-list: "
-            f"omegaconf configs, argparse.Namespace, numpy scalars): {err}") from err
+            f"omegaconf configs, argparse.Namespace, numpy scalars): {load_failure(path, err)}") from err
     plain = to_plain(obj)
     if not isinstance(plain, dict):
         raise CheckpointError(f"{path}: expected a dict at the top level, found {type(obj).__name__}")

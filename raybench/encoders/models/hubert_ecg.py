@@ -56,6 +56,7 @@ from raybench.encoders.base import (
     CheckpointError,
     ECGEncoder,
     EncoderSpec,
+    load_failure,
     load_state_dict_strict,
     load_torch_checkpoint,
     register_encoder,
@@ -225,7 +226,7 @@ def _read_training(path: str | Path) -> tuple[HubertConfig, dict[str, torch.Tens
                             set(TRAINING_CONFIG_GLOBALS))
         except Exception:
             others = []
-        what = f"it holds objects outside the allow-list: {others}" if others else f"{type(err).__name__}: {err}"
+        what = f"it holds objects outside the allow-list: {others}" if others else load_failure(Path(path), err)
         raise CheckpointError(f"{path}: not a HuBERT-ECG training checkpoint that loads safely "
                               f"(weights_only=True, allowed {list(TRAINING_CONFIG_GLOBALS)}); {what}") from err
     if not isinstance(obj, Mapping) or "model_state_dict" not in obj or "model_config" not in obj:

@@ -95,3 +95,10 @@ def test_unexplained_latents_are_frequent_unselected_and_below_threshold():
     assert out.ecg_id.tolist() == [102, 101]  # strongest record; ties to the lower id
     assert out.best_r.iloc[1] == pytest.approx(np.corrcoef(z[:, 2], y[:, 0])[0, 1])
     assert all(abs(out.best_r) < 0.5) and out.best_concept.tolist() == ["c", "c"]
+
+
+def test_weak_r_note_only_below_the_coverage_threshold():
+    from raybench.analysis.features.dashboards import weak_r_note
+
+    assert weak_r_note(-0.09, 0.2).startswith("weak: |r| = 0.09 is below the coverage threshold 0.20")
+    assert weak_r_note(0.2, 0.2) is None and weak_r_note(-0.5, 0.2) is None

@@ -35,3 +35,18 @@ def test_values_from_the_index_and_run_yaml_are_escaped(tmp_path):
     # every place a value lands: pick (alt, caption), latent, n_test, unexplained latent (table, caption), its record
     # (table, alt, caption), the chosen cell (E, depth, seed) and run.yaml's coverage threshold
     assert body.count(html.escape(EVIL)) == 13
+
+
+def test_dashboards_name_weights_and_cohort_and_flag_a_weak_latent(tmp_path):
+    layout = RunLayout.at(tmp_path)
+    layout.dashboards_dir.mkdir(parents=True)
+    index = _index()
+    weak = {**index["models"][0]["concepts"][0], "concept": "st_slope", "r": -0.09}
+    index["models"][0]["concepts"].append(weak)
+    (layout.dashboards_dir / INDEX).write_text(json.dumps(index))
+    run = {"cohort": {"kind": "synth", "records": 1500, "patients": 500}, "encoders": {"size": "demo"},
+           "protocol": {"grid": {"models": ["m"]}, "eval": {"coverage_threshold": 0.2}}}
+    body = features_body(Context(layout=layout, tables={}, figures={}, run=run, audit=None))
+    top = body[:body.index("<p class='intro'>")]
+    assert "random weights (demo encoders)" in top and "Cohort: synthetic" in top
+    assert body.count("Weak: |r| = 0.09 is below the coverage threshold 0.20") == 1  # st_slope only, not qt (0.5)

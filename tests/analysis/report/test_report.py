@@ -151,7 +151,7 @@ def test_report_command(tmp_path):
     assert "release audit: 54/54 cells, 18/18 blocks" in res.output
     assert (root / "figures" / "forest_auc.svg").exists() and (root / "report.html").exists()
     missing = write_fake_run(tmp_path / "gap", small_protocol(), drop=[("ecg_fm", 0.5, 4, 4311, "primary")],
-                             tables=("cells",))
+                             tables=("cells", "profiles"))
     res = CliRunner().invoke(main, ["report", "--run-dir", str(missing), "--strict"])
     assert res.exit_code == 1 and "release audit incomplete" in res.output
     res = CliRunner().invoke(main, ["report", "--run-dir", str(tmp_path / "nope")])
@@ -169,7 +169,7 @@ def _fake_analysis(monkeypatch, analyze_run) -> None:
 
 def test_analyze_command_runs_every_stage(tmp_path, monkeypatch):
     """analyze: config from run.yaml -> init_ray -> analyze_run -> figures, audit, report."""
-    root = write_fake_run(tmp_path / "run", small_protocol(), cohort_kind="ptbxl", tables=())
+    root = write_fake_run(tmp_path / "run", small_protocol(), cohort_kind="ptbxl", tables=("cells",))
     calls = {}
 
     def analyze_run(run_root, protocol, num_workers=None, cohort_kind="synth", allow_incomplete=False):
@@ -195,8 +195,7 @@ def test_analyze_with_explicit_config(tmp_path, monkeypatch):
     """--config wins over run.yaml; the run folder comes from --run-dir."""
     from raybench.core.config import demo_run, dump_run_config
 
-    root = tmp_path / "run"
-    root.mkdir()
+    root = write_fake_run(tmp_path / "run", small_protocol(), tables=("cells",), run_yaml=False)
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(dump_run_config(dataclasses.replace(demo_run("elsewhere"), protocol=small_protocol())))
     seen = {}
