@@ -6,7 +6,8 @@ Members differ in steps and k (two seeds each, trained as one stack by raybench.
 evaluated by raybench.sae.evaluate.evaluate_cell, exactly as grid cells are). Controls, reported on their own:
 `random_init` (the trainer's initialization), `permuted_decoder` (the longest-trained, largest-k member with its
 decoder columns shuffled: GT-MCC cannot see it, GT-F1 and R2 can), `random_dictionary` (random unit decoder rows,
-tied encoder, k = that member's L0) and the exact `oracle` (panel_score.oracle_scores). Each member is a Ray task.
+tied encoder, k = that member's L0) and the `oracle` at a member's width (panel_score.oracle_scores). Each member
+is a Ray task.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ def _member_task(spec: PanelSpec, variant: str, sae_proto: SAEProtocol, eval_cfg
     if controls:
         score = lambda sae: score_stack(sae, res.normalizer, data, y, fams, seeds, eval_cfg)  # noqa: E731
         out += _controls(variant, res.sae, score, eval_cfg, k, float(np.mean([r["l0"] for r in rows])))
-        orc = oracle_scores(data, res.normalizer, y, fams, seeds, eval_cfg)
-        out.append(_summarize(variant, "oracle", "control", 0, data.acts.shape[1] // d, 0, [orc], eval_cfg))
+        orc = oracle_scores(data, res.normalizer, y, fams, seeds, eval_cfg, e * d)
+        out.append(_summarize(variant, "oracle", "control", 0, e, 0, [orc], eval_cfg))
     return out
 
 
