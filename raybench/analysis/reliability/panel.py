@@ -22,9 +22,9 @@ import torch
 
 from raybench.analysis.inference.bootstrap import run_bounded
 from raybench.analysis.inference.metrics import reproducibility
-from raybench.analysis.reliability.ground_truth import SyntheticSpec, synthetic_data, variant_spec
+from raybench.analysis.reliability.ground_truth import PAPER_SPEC, SyntheticSpec, synthetic_data, variant_spec
 from raybench.analysis.reliability.panel_score import oracle_scores, score_stack, splits, tasks
-from raybench.core.config import EvalProtocol, SAEProtocol
+from raybench.core.config import EvalProtocol, ReliabilityConfig, SAEProtocol
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
 from raybench.sae.train import train_stack
 
@@ -52,6 +52,14 @@ class PanelSpec:
     """Synthetic variants (ground_truth.VARIANTS) the whole panel is repeated on; the first decides."""
     task_seeds: tuple[int, ...] = (0, 1, 2)
     """Seeds of the synthetic concept tasks (paper §5.3: 3 task seeds)."""
+
+
+def panel_spec(rcfg: ReliabilityConfig) -> PanelSpec:
+    """The panel a run's `reliability` section asks for: its steps, E, k and variants on the `demo`-size synthetic
+    model or, with `reliability.panel: paper`, on PAPER_SPEC (SynthSAEBench-16k's size)."""
+    synthetic = replace(PAPER_SPEC if rcfg.panel == "paper" else SyntheticSpec(), seed=rcfg.panel_seed)
+    return PanelSpec(steps=tuple(rcfg.panel_steps), expansions=tuple(rcfg.panel_expansions), ks=tuple(rcfg.panel_ks),
+                     synthetic=synthetic, variants=tuple(rcfg.panel_variants))
 
 
 def _summarize(variant: str, name: str, kind: str, steps: int, e: int, k: int, rows: list[dict],

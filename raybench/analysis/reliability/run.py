@@ -113,7 +113,6 @@ def run_reliability(root: str | Path, protocol: Any, rcfg: Any, heavy: bool,
 def _heavy(layout: RunLayout, protocol: Any, rcfg: Any, ok: pd.DataFrame, num_workers: int | None,
            secs: dict[str, float]) -> dict[str, pd.DataFrame]:
     from raybench.analysis.reliability import panel, panel_rho, reseed, training_curve
-    from raybench.analysis.reliability.ground_truth import SyntheticSpec
     from raybench.analysis.reliability.sampling import sample_points, sampled_stacks
 
     out: dict[str, pd.DataFrame] = {}
@@ -128,9 +127,7 @@ def _heavy(layout: RunLayout, protocol: Any, rcfg: Any, ok: pd.DataFrame, num_wo
         layout.root, stacks, protocol, tuple(rcfg.fractions), num_workers)
     secs["training"] = time.perf_counter() - t
     t = time.perf_counter()
-    spec = panel.PanelSpec(steps=tuple(rcfg.panel_steps), expansions=tuple(rcfg.panel_expansions),
-                           ks=tuple(rcfg.panel_ks), synthetic=SyntheticSpec(seed=rcfg.panel_seed),
-                           variants=tuple(rcfg.panel_variants))
+    spec = panel.panel_spec(rcfg)
     out["reliability_panel"] = panel.run_panel(spec, protocol.sae, protocol.eval, num_workers)
     out["reliability_panel_rho"] = panel_rho.ground_truth_rho(out["reliability_panel"])
     source = f"s{max(spec.steps)}-E{max(spec.expansions)}-k{max(spec.ks)}"
