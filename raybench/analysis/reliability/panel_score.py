@@ -1,6 +1,6 @@
 """Scores of one panel SAE (docs/protocol.md §11.4): raybench's metrics on the synthetic concept tasks, split by
-family (in-SAE, out-of-SAE, mixed) and task seed, and ground truth; and the exact oracle, scored from the true
-activations with the evaluator's own selection and correlation code.
+family (in-SAE, out-of-SAE, mixed) and task seed, and ground truth; and the oracle at a member's width, scored
+from the true activations with the evaluator's own selection and correlation code.
 
 `accessibility` and `coverage` are the means over the in-SAE and mixed tasks (what a good SAE should serve);
 `accessibility_out` and `coverage_out` the out-of-SAE negative control. Each is computed per task seed too, so

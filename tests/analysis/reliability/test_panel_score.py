@@ -1,4 +1,4 @@
-"""Panel scores without Ray: task metrics by family and task seed by hand, and the exact oracle against a
+"""Panel scores without Ray: task metrics by family and task seed by hand, and the oracle against a
 trained SAE scored by the grid's own evaluator."""
 
 from __future__ import annotations
