@@ -183,6 +183,14 @@ def test_cheap_evidence_alone_is_never_reliable():
     assert "raybench reliability --run-dir" in rule
 
 
+@pytest.mark.parametrize("alone", [{"snr": 3.0, "snr_p": 1e-5},
+                                   {"reseed_mrd_1": 0.01, "reseed_mrd_3": 0.005, "sd_variant": 0.1},
+                                   {"rho_gt_mcc": 0.95, "rho_gt_f1": 0.9, "n_gt": 20}])
+def test_one_criterion_alone_is_never_reliable(alone):
+    got, rule = verdict(alone)
+    assert got == "incomplete" and "not assessed" in rule
+
+
 def _pairs(u: np.ndarray, e: np.ndarray) -> np.ndarray:
     """y[V, B, P, 1] of seed pairs (a, b): u_a + u_b + pair noise e, u [V, 1, S] shared across the points."""
     cols = [u[:, :, a] + u[:, :, b] for a, b in itertools.combinations(range(u.shape[2]), 2)]
