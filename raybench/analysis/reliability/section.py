@@ -156,8 +156,9 @@ def reliability_body(ctx: Context) -> str:
 
 SECTIONS = (Section(
     "reliability", "How far to trust each metric",
-    "For every metric raybench reports: each reliability criterion's state (pass, weak, fail, not assessed) and "
-    "number beside its null, and a verdict with the rule that produced it (docs/protocol.md §11).",
+    "For every metric raybench reports: which evidence classes (signal, stability, validity) were assessed, each "
+    "criterion's state (pass, weak, fail, not established, not assessed) and number beside its null, and a verdict "
+    "by the decision table with the rule that produced it (docs/protocol.md §11).",
     tables=("reliability_variance", "reliability_seed_profiles", "reliability_panel_rho", "reliability_panel",
             "reliability_training_summary", "reliability_training", "reliability_reseed", "reliability_reseed_cells",
             "reliability_panel_flags"),
