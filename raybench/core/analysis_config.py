@@ -20,6 +20,10 @@ PANEL_VARIANTS: dict[str, dict[str, Any]] = {
 overrides of the base spec: the correlations are re-measured on each (robustness, paper Appendix I)."""
 
 
+PANEL_SIZES = ("demo", "paper")
+"""reliability.panel: the synthetic model's size (raybench.analysis.reliability.panel.panel_spec)."""
+
+
 DIAGNOSTIC_SUPERCLASSES = ("NORM", "MI", "STTC", "CD", "HYP")
 """PTB-XL's diagnostic superclasses (scp_statements.csv diagnostic_class): the provenance audit's targets."""
 
@@ -47,13 +51,18 @@ class ReliabilityConfig:
     panel_steps: tuple[int, ...] = (15, 40, 100, 250)
     """Training steps of the ground-truth panel's SAEs (each combined with every panel E and k): 4 x 5 = 20
     trained members at one width, the fewest over which a Spearman rho has power (docs/protocol.md §11.4)."""
+    panel: str = "demo"
+    """The panel's synthetic model: `demo` (d = 96, 384 true features, about 6.7 active per record, 3,000
+    records; fits the demo's budget) or `paper` (SynthSAEBench-16k's size: d = 768, 16,384 features in 128 trees,
+    8,192 records; hours on a CPU)."""
     panel_variants: tuple[str, ...] = ("base", "steep_zipf", "correlated")
     """Synthetic models the panel is trained on (PANEL_VARIANTS); the first decides, the others test
     robustness."""
     panel_expansions: tuple[int, ...] = (2,)
-    """Expansions E of the panel's SAEs (synthetic d = 128, 192 true features); one width, as the paper's panel."""
+    """Expansions E of the panel's SAEs; one width, as the paper's panel (demo panel: d = 96, so E = 2 gives N =
+    192 latents for 384 true features, the 192 most frequent in-SAE)."""
     panel_ks: tuple[int, ...] = (4, 8, 12, 16, 24)
-    """k of the panel's SAEs (the synthetic records have about 12 active features)."""
+    """k of the panel's SAEs (the demo panel's records have about 6.7 active features)."""
     panel_seed: int = 0
     """Seed of the synthetic activation model."""
 
@@ -65,6 +74,8 @@ class ReliabilityConfig:
             raise ConfigError(f"reliability.fractions must lie in [0, 1] and include 1, got {list(self.fractions)}")
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ConfigError(f"reliability.warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
+        if self.panel not in PANEL_SIZES:
+            raise not_a_choice("reliability.panel", PANEL_SIZES, self.panel)
         if not self.panel_variants or any(v not in PANEL_VARIANTS for v in self.panel_variants):
             raise ConfigError(f"reliability.panel_variants must be names among {sorted(PANEL_VARIANTS)}, got "
                               f"{list(self.panel_variants)}")

@@ -3,7 +3,7 @@
 Designs come from long tables: final cells give y[model, (depth, E), seed, 1]; the snapshots through training
 give y[model, (depth, E), seed, post-warmup snapshot]. Values are oriented so that higher is better (the dead
 fraction is negated) before winners, orders and trends are read. Incomplete blocks are dropped, so every design
-is balanced.
+is balanced. Every p-value is read at the level of the design's independent units, the training runs (units.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from raybench.analysis.reliability import nulls
+from raybench.analysis.reliability import nulls, units
 
 LOWER_IS_BETTER = ("dead_fraction",)
 MIN_SEEDS = 3
@@ -43,43 +43,52 @@ def design(long: pd.DataFrame, snapshot: str | None = None) -> tuple[np.ndarray,
     return y, models
 
 
-def _orders(y: np.ndarray) -> dict[str, float]:
-    """Winners and cross-seed rank agreement from per-(model, seed) means over blocks and snapshots."""
+def _orders(y: np.ndarray, pairs: bool = False) -> dict[str, float]:
+    """Winners and cross-seed rank agreement from per-(model, seed) means over blocks and snapshots; pairs: the
+    seed axis holds seed pairs (the pair-aware rank null)."""
     means = y.mean(axis=(1, 3))  # [V, S]
     v, s = means.shape
     d = nulls.distinct_winners(means)
     out = {"winners": float(d), "winners_p": float(nulls.winners_null_pmf(v, s)[: d + 1].sum()),
            "n_variants": float(v), "n_seeds": float(s)}
     if v >= 3:
-        rho = nulls.rank_agreement(means)
-        out.update(rank_rho=rho, rank_p=nulls.p_upper(nulls.rank_agreement_null(v, s), rho))
+        p, p_min = units.rank_p(means, pairs)
+        out.update(rank_rho=nulls.rank_agreement(means), rank_p=p, rank_p_min=p_min)
     return out
 
 
-def cell_evidence(y: np.ndarray) -> dict[str, float]:
-    """Variance share of the models over final cells y[V, B, S, 1] with its null p, the sd between models, winners
-    and rank agreement. {} when the design has fewer than 2 models or 2 seeds."""
-    if y.ndim != 4 or y.shape[0] < 2 or y.shape[2] < 2:
+def _unit_test(y: np.ndarray, key: str, pairs: bool = False) -> dict[str, float]:
+    """The run-level F of the models (units.run_level_f) as `<key>_p`, its F and the runs' degrees of freedom."""
+    f, p, _df1, df2 = units.run_level_f(y, pairs)
+    return {f"{key}_p": float(p), f"{key}_f": float(f), f"{key}_df": float(df2)}
+
+
+def cell_evidence(y: np.ndarray, pairs: bool = False) -> dict[str, float]:
+    """Variance share of the models over final cells y[V, B, S, 1] with the run-level p, the sd between models,
+    winners and rank agreement. pairs: the S axis holds every seed pair of >= 3 seeds (reproducibility). {} when
+    the design has fewer than 2 models or 2 seeds (3 seeds for pairs)."""
+    if y.ndim != 4 or y.shape[0] < 2 or y.shape[2] < 2 or (pairs and units.pair_seeds(y.shape[2]) < 3):
         return {}
     sh = nulls.variance_shares(y)
     comps = nulls._components(y)
-    out = {"share_cells": sh.variant, "share_cells_p": nulls.p_upper(nulls.share_null(y.shape), sh.variant),
-           "share_seed_cells": sh.seed, "share_block_cells": sh.block, "sd_variant": float(np.sqrt(comps[0]))}
-    out.update(_orders(y))
+    out = {"share_cells": sh.variant, **_unit_test(y, "share_cells", pairs), "pairs": float(pairs),
+           "share_seed_cells": sh.seed,
+           "share_block_cells": sh.block, "sd_variant": float(np.sqrt(comps[0]))}
+    out.update(_orders(y, pairs))
     return out
 
 
 def snapshot_evidence(y: np.ndarray, steps: np.ndarray) -> dict[str, float]:
     """The paper's design on post-warmup snapshots y[V, B, S, T] (>= 3 seeds, >= 6 snapshots): shares of variant,
-    seed and snapshot with the variant share's null p, and the SNR with its null p; winners and rank agreement
-    from post-warmup means. {} when the design is too small."""
+    seed and snapshot, and the SNR, each with the run-level p (snapshots stay with their run); winners and rank
+    agreement from post-warmup means. {} when the design is too small."""
     if y.ndim != 4 or y.shape[0] < 2 or y.shape[2] < MIN_SEEDS or y.shape[3] < MIN_SNAPSHOTS:
         return {}
     sh = nulls.variance_shares(y)
     value = nulls.snr(y, steps)
-    out = {"share_snapshots": sh.variant, "share_snapshots_p": nulls.p_upper(nulls.share_null(y.shape), sh.variant),
-           "share_seed": sh.seed, "share_snapshot": sh.snapshot, "share_block": sh.block,
-           "snr": value, "snr_p": nulls.p_upper(nulls.snr_null(y.shape), value)}
+    test = _unit_test(y, "share_snapshots")
+    out = {"share_snapshots": sh.variant, **test, "share_seed": sh.seed, "share_snapshot": sh.snapshot,
+           "share_block": sh.block, "snr": value, "snr_p": test["share_snapshots_p"]}
     out.update(_orders(y))
     return out
 

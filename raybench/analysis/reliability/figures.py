@@ -20,7 +20,7 @@ CAPTIONS = {
     "reliability_variance": "Share of each metric's variation across primary cells explained by model, depth, E, "
                             "training seed, their interactions and the seed residual (type I ANOVA).",
     "reliability_ground_truth": "raybench metrics against GT-MCC on the synthetic ground-truth panel (circles: "
-                                "trained SAEs; squares: controls; star: the exact oracle; accessibility_out: the "
+                                "trained SAEs; squares: controls; star: the oracle; accessibility_out: the "
                                 "out-of-SAE negative control).",
     "reliability_training": "Metrics at fixed fractions of training for the sampled stacks (one line per cell).",
 }

@@ -7,8 +7,9 @@ index (earlier features fire more). Some features form disjoint trees of depth `
 each other), chosen in proportion to the children's base rates. Roots and features outside trees fire
 independently, except correlated pairs (a Gaussian copula). A firing feature's magnitude is a rectified Gaussian
 ReLU(mu_i + sigma_i eps), so a firing feature can have magnitude 0 (it then counts as not firing). x = c D + b +
-noise. An SAE of width N is expected to learn the N most frequent features: indices < N are "in-SAE", the rest
-"out-of-SAE" (paper §5.2).
+noise. An SAE of width N is expected to learn the N most frequent features (paper §5.2): those N by true
+firing rate are "in-SAE", the rest "out-of-SAE". The paper's model keeps its Zipf order, so its first N indices are
+the most frequent; here the hierarchy breaks that order (a child fires only with its parent), so the rate decides.
 """
 
 from __future__ import annotations
@@ -146,20 +147,30 @@ def _level(i: int, parent: np.ndarray) -> int:
 FAMILIES = ("in", "out", "mixed")
 
 
-def concept_tasks(acts: np.ndarray, n_in_sae: int, task_seed: int, per_family: int = 6,
-                  min_rate: float = 0.01) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
-    """Synthetic concepts (standardized), their names and families: `in` (a feature < n_in_sae firing, or the OR
-    of two), `out` (the same with features >= n_in_sae: the negative control) and `mixed` (the OR of one of each),
-    drawn by `task_seed` among features firing at rate >= min_rate (paper §5.3)."""
+def in_sae_features(acts: np.ndarray, n_in_sae: int) -> np.ndarray:
+    """The n_in_sae features of highest true firing rate (acts > 0), sorted by index (ties: lower index first)."""
+    rate = (np.asarray(acts) > 0).mean(axis=0)
+    return np.sort(np.argsort(-rate, kind="stable")[:n_in_sae])
+
+
+def concept_tasks(acts: np.ndarray, n_in_sae: int, task_seed: int, per_family: int = 6, min_rate: float = 0.01,
+                  min_rate_out: float = 0.004) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
+    """Synthetic concepts (standardized), their names and families: `in` (an in-SAE feature firing, or the OR of
+    two; in-SAE: the n_in_sae most frequent, in_sae_features), `out` (the same with the other features: the
+    negative control) and `mixed` (the OR of one of each), drawn by `task_seed` among in-SAE features firing at
+    rate >= min_rate and out-of-SAE ones at rate >= min_rate_out (paper §5.3: out-of-SAE features are the rare
+    ones; on the default model none reaches 0.01)."""
     rng = np.random.default_rng([task_seed, 31])
     fire = acts > 0
     rate = fire.mean(axis=0)
     usable = rate >= min_rate
-    pool_in = np.flatnonzero(usable[:n_in_sae])
-    pool_out = n_in_sae + np.flatnonzero(usable[n_in_sae:])
+    inside = np.zeros(acts.shape[1], dtype=bool)
+    inside[in_sae_features(acts, n_in_sae)] = True
+    pool_in = np.flatnonzero(usable & inside)
+    pool_out = np.flatnonzero((rate >= min_rate_out) & ~inside)
     if pool_in.size < 2 or pool_out.size < 2:
-        raise ValueError(f"concept_tasks: too few features firing at rate >= {min_rate} on one side of {n_in_sae} "
-                         f"({pool_in.size} in, {pool_out.size} out)")
+        raise ValueError(f"concept_tasks: too few features firing in ({min_rate}) or out ({min_rate_out}) of the "
+                         f"{n_in_sae} most frequent ({pool_in.size} in, {pool_out.size} out)")
     cols, names, fams = [], [], []
     for i in range(per_family):
         for fam, pools in (("in", (pool_in, pool_in)), ("out", (pool_out, pool_out)), ("mixed", (pool_in, pool_out))):
@@ -201,7 +212,7 @@ def gt_mcc(decoder: np.ndarray, truth: np.ndarray) -> float:
 
 def gt_f1(codes_fire: np.ndarray, decoder: np.ndarray, truth: np.ndarray, feature_fire: np.ndarray) -> float:
     """Mean F1 of each latent's firing [n, N] against the firing [n, F] of the true feature its decoder row matches
-    best (largest |cos|), over latents that fire at least once (0 when none does)."""
+    best (largest |cos|), over all N latents: a latent that never fires scores 0 (as SAELens's calculator)."""
     alive = np.flatnonzero(codes_fire.any(axis=0))
     if alive.size == 0:
         return 0.0
@@ -210,4 +221,5 @@ def gt_f1(codes_fire: np.ndarray, decoder: np.ndarray, truth: np.ndarray, featur
     t = feature_fire[:, best].astype(np.float64)
     tp = (z * t).sum(axis=0)
     denom = z.sum(axis=0) + t.sum(axis=0)
-    return float(np.mean(np.where(denom > 0, 2 * tp / np.where(denom > 0, denom, 1.0), 0.0)))
+    f1 = np.where(denom > 0, 2 * tp / np.where(denom > 0, denom, 1.0), 0.0)
+    return float(f1.sum() / codes_fire.shape[1])

@@ -6,7 +6,8 @@ Members differ in steps and k (two seeds each, trained as one stack by raybench.
 evaluated by raybench.sae.evaluate.evaluate_cell, exactly as grid cells are). Controls, reported on their own:
 `random_init` (the trainer's initialization), `permuted_decoder` (the longest-trained, largest-k member with its
 decoder columns shuffled: GT-MCC cannot see it, GT-F1 and R2 can), `random_dictionary` (random unit decoder rows,
-tied encoder, k = that member's L0) and the exact `oracle` (panel_score.oracle_scores). Each member is a Ray task.
+tied encoder, k = that member's L0) and the `oracle` at a member's width (panel_score.oracle_scores). Each member
+is a Ray task.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import torch
 
 from raybench.analysis.inference.bootstrap import run_bounded
 from raybench.analysis.inference.metrics import reproducibility
-from raybench.analysis.reliability.ground_truth import SyntheticSpec, synthetic_data, variant_spec
+from raybench.analysis.reliability.ground_truth import PAPER_SPEC, SyntheticSpec, synthetic_data, variant_spec
 from raybench.analysis.reliability.panel_score import oracle_scores, score_stack, splits, tasks
-from raybench.core.config import EvalProtocol, SAEProtocol
+from raybench.core.config import EvalProtocol, ReliabilityConfig, SAEProtocol
 from raybench.sae.model import SAECellConfig, StackedBatchTopKSAE
 from raybench.sae.train import train_stack
 
@@ -51,6 +52,14 @@ class PanelSpec:
     """Synthetic variants (ground_truth.VARIANTS) the whole panel is repeated on; the first decides."""
     task_seeds: tuple[int, ...] = (0, 1, 2)
     """Seeds of the synthetic concept tasks (paper §5.3: 3 task seeds)."""
+
+
+def panel_spec(rcfg: ReliabilityConfig) -> PanelSpec:
+    """The panel a run's `reliability` section asks for: its steps, E, k and variants on the `demo`-size synthetic
+    model or, with `reliability.panel: paper`, on PAPER_SPEC (SynthSAEBench-16k's size)."""
+    synthetic = replace(PAPER_SPEC if rcfg.panel == "paper" else SyntheticSpec(), seed=rcfg.panel_seed)
+    return PanelSpec(steps=tuple(rcfg.panel_steps), expansions=tuple(rcfg.panel_expansions), ks=tuple(rcfg.panel_ks),
+                     synthetic=synthetic, variants=tuple(rcfg.panel_variants))
 
 
 def _summarize(variant: str, name: str, kind: str, steps: int, e: int, k: int, rows: list[dict],
@@ -86,8 +95,8 @@ def _member_task(spec: PanelSpec, variant: str, sae_proto: SAEProtocol, eval_cfg
     if controls:
         score = lambda sae: score_stack(sae, res.normalizer, data, y, fams, seeds, eval_cfg)  # noqa: E731
         out += _controls(variant, res.sae, score, eval_cfg, k, float(np.mean([r["l0"] for r in rows])))
-        orc = oracle_scores(data, res.normalizer, y, fams, seeds, eval_cfg)
-        out.append(_summarize(variant, "oracle", "control", 0, data.acts.shape[1] // d, 0, [orc], eval_cfg))
+        orc = oracle_scores(data, res.normalizer, y, fams, seeds, eval_cfg, e * d)
+        out.append(_summarize(variant, "oracle", "control", 0, e, 0, [orc], eval_cfg))
     return out
 
 

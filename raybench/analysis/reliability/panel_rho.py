@@ -1,7 +1,10 @@
 """What the ground-truth panel says about each metric (docs/protocol.md §11.4). Pure pandas/scipy.
 
 Spearman rho with GT-MCC and GT-F1 over the trained members only (controls never enter it), one-sided p-values,
-per synthetic variant; and three flags from the controls: `encoder_only` (the permuted decoder scores within the
+per synthetic variant. Ground truth on the panel mostly follows training steps (longer-trained members are better
+and score better on nearly everything), so rho partly re-measures the training trend: the partial Spearman rho
+given the step (`rho_gt_*_step`) is what the metric tracks beyond it, and `rho_step_gt_mcc` says how far ground
+truth itself follows the step. Three flags from the controls: `encoder_only` (the permuted decoder scores within the
 metric's reseed noise of its trained source: the metric cannot see the decoder), `saturated` (the oracle and the
 best member both sit at the metric's ceiling, so it cannot rank good SAEs) and `out_tracks` (the out-of-SAE
 negative control tracks ground truth: p < 0.02).
@@ -18,7 +21,8 @@ from raybench.analysis.reliability.mrd import mrd
 METRICS = ("reconstruction", "accessibility", "coverage", "dead_fraction", "reproducibility", "accessibility_out",
            "coverage_out")
 CEILING = {"reconstruction": 1.0, "accessibility": 1.0, "coverage": 1.0, "dead_fraction": 0.0}
-RHO_COLUMNS = ["variant", "metric", "rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt"]
+RHO_COLUMNS = ["variant", "metric", "rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt", "rho_gt_mcc_step",
+               "p_gt_mcc_step", "rho_gt_f1_step", "p_gt_f1_step", "rho_step_gt_mcc"]
 FLAG_COLUMNS = ["metric", "mrd_1_task", "permuted_minus_source", "encoder_only", "saturated", "out_tracks",
                 "rho_best_min_variants"]
 
@@ -27,9 +31,26 @@ def _oriented(df: pd.DataFrame, metric: str) -> pd.Series:
     return -df[metric] if metric == "dead_fraction" else df[metric]
 
 
+def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[float, float]:
+    """(rho, one-sided p) of the Spearman partial correlation of x and y given z: the Pearson partial correlation
+    of their ranks, p from t with n - 3 df. nan when a rank vector is constant or n < 4."""
+    from raybench.analysis.reliability.nulls import spearman_p_one_sided
+
+    r = [np.asarray(a, dtype=np.float64) for a in (x, y, z)]
+    if r[0].size < 4 or any(np.ptp(a) == 0 for a in r):
+        return float("nan"), float("nan")
+    rxy, rxz, ryz = (spearmanr(a, b).statistic for a, b in ((r[0], r[1]), (r[0], r[2]), (r[1], r[2])))
+    den = np.sqrt((1 - rxz ** 2) * (1 - ryz ** 2))
+    if den <= 0:
+        return float("nan"), float("nan")
+    rho = float(np.clip((rxy - rxz * ryz) / den, -1.0, 1.0))
+    return rho, spearman_p_one_sided(rho, r[0].size - 1)
+
+
 def ground_truth_rho(panel: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
     """Per variant and metric: rho and one-sided p (positive association) with GT-MCC and GT-F1 over the trained
-    members, and n. dead_fraction is negated, so a positive rho always means 'tracks truth'."""
+    members, n, the partial rho given the training step and Spearman(step, GT-MCC). dead_fraction is negated, so
+    a positive rho always means 'tracks truth'."""
     rows = []
     for variant, sub in panel.groupby("variant", sort=False):
         trained = sub[sub.kind == "trained"]
@@ -44,6 +65,14 @@ def ground_truth_rho(panel: pd.DataFrame, metrics: tuple[str, ...] = METRICS) ->
                 out[f"rho_{gt}"] = float(res.statistic) if res is not None else np.nan
                 out[f"p_{gt}"] = float(res.pvalue) if res is not None else np.nan
             out["n_gt"] = int((np.isfinite(v)).sum())
+            steps = trained["steps"].to_numpy(float) if "steps" in trained else np.full(len(trained), np.nan)
+            for gt in ("gt_mcc", "gt_f1"):
+                g = trained[gt].to_numpy(float)
+                ok = np.isfinite(v) & np.isfinite(g) & np.isfinite(steps)
+                out[f"rho_{gt}_step"], out[f"p_{gt}_step"] = partial_spearman(v[ok], g[ok], steps[ok])
+            g, ok = trained["gt_mcc"].to_numpy(float), np.isfinite(steps)
+            out["rho_step_gt_mcc"] = (float(spearmanr(steps[ok], g[ok]).statistic)
+                                      if ok.sum() >= 3 and np.ptp(steps[ok]) > 0 else np.nan)
             rows.append(out)
     return pd.DataFrame(rows, columns=RHO_COLUMNS)
 

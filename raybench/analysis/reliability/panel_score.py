@@ -1,6 +1,6 @@
 """Scores of one panel SAE (docs/protocol.md §11.4): raybench's metrics on the synthetic concept tasks, split by
-family (in-SAE, out-of-SAE, mixed) and task seed, and ground truth; and the exact oracle, scored from the true
-activations with the evaluator's own selection and correlation code.
+family (in-SAE, out-of-SAE, mixed) and task seed, and ground truth; and the oracle at a member's width, scored
+from the true activations with the evaluator's own selection and correlation code.
 
 `accessibility` and `coverage` are the means over the in-SAE and mixed tasks (what a good SAE should serve);
 `accessibility_out` and `coverage_out` the out-of-SAE negative control. Each is computed per task seed too, so
@@ -16,6 +16,7 @@ from raybench.analysis.reliability.ground_truth import (
     concept_tasks,
     gt_f1,
     gt_mcc,
+    in_sae_features,
     truth_in_normalized_space,
 )
 from raybench.core.config import EvalProtocol
@@ -82,11 +83,12 @@ def score_stack(sae: StackedBatchTopKSAE, norm: Normalizer, data: SyntheticData,
     return out
 
 
-def _true_codes(data: SyntheticData, norm: Normalizer, rows: np.ndarray) -> SplitCodes:
-    """The true activations as codes, and the exact reconstruction c D + b scored in the SAE's z-scored space."""
-    c = data.acts[rows]
+def _true_codes(data: SyntheticData, norm: Normalizer, rows: np.ndarray, features: np.ndarray) -> SplitCodes:
+    """The true activations of `features` as codes, and their reconstruction c D + b scored in the SAE's z-scored
+    space."""
+    c = data.acts[np.ix_(rows, features)]
     xn = norm.apply(data.x[rows]).astype(np.float64)
-    x_hat = norm.apply((c @ data.dictionary + data.bias).astype(np.float32)).astype(np.float64)
+    x_hat = norm.apply((c @ data.dictionary[features] + data.bias).astype(np.float32)).astype(np.float64)
     sse = ((x_hat - xn) ** 2).sum(axis=1)
     sst = ((xn - xn.mean(axis=0)) ** 2).sum(axis=1)
     r, col = np.nonzero(c > 0)
@@ -94,19 +96,20 @@ def _true_codes(data: SyntheticData, norm: Normalizer, rows: np.ndarray) -> Spli
 
 
 def oracle_scores(data: SyntheticData, norm: Normalizer, y: np.ndarray, fams: np.ndarray, seeds: np.ndarray,
-                  eval_cfg: EvalProtocol) -> dict:
-    """The exact oracle (paper §5.2): decoder = every true direction, codes = the true activations. Only the noise
-    is left unexplained, so its R2 bounds every member's; GT-MCC = GT-F1 = 1 by construction."""
+                  eval_cfg: EvalProtocol, n_in_sae: int) -> dict:
+    """The oracle as the paper builds it (§5.2): a member's width N, decoder = the N in-SAE true directions (the
+    most frequent features), codes = their true activations. GT-MCC = 1 by construction, GT-F1 = 1 but for an
+    in-SAE feature that never fires on the test split; its R2 leaves the out-of-SAE features and the noise."""
     idx = splits(data.x.shape[0])
-    f = data.acts.shape[1]
-    sel = _true_codes(data, norm, idx["train"])
-    selected = select_coordinates(sel, y[idx["train"]].astype(np.float64), f).selected
-    test, val = _true_codes(data, norm, idx["test"]), _true_codes(data, norm, idx["val"])
+    feats = in_sae_features(data.acts, n_in_sae)
+    sel = _true_codes(data, norm, idx["train"], feats)
+    selected = select_coordinates(sel, y[idx["train"]].astype(np.float64), feats.size).selected
+    test, val = _true_codes(data, norm, idx["test"], feats), _true_codes(data, norm, idx["val"], feats)
     r_test = paired_corr(test.dense_columns(selected), y[idx["test"]].astype(np.float64))
     truth = truth_in_normalized_space(data.dictionary, norm.std)
     fire = data.acts[idx["test"]] > 0
     return {"reconstruction": float(1.0 - test.sse.sum() / test.sst.sum()),
-            "dead_fraction": float((val.firing_counts(f) == 0).mean()),
+            "dead_fraction": float((val.firing_counts(feats.size) == 0).mean()),
             **family_metrics(r_test, fams, seeds, eval_cfg.coverage_threshold),
-            "gt_mcc": gt_mcc(truth, truth), "gt_f1": gt_f1(fire, truth, truth, fire),
+            "gt_mcc": gt_mcc(truth[feats], truth), "gt_f1": gt_f1(fire[:, feats], truth[feats], truth, fire),
             "l0": float(val.vals.size / val.n)}

@@ -25,7 +25,7 @@ import pandas as pd
 from raybench.analysis.reliability import evidence, intervals, seeds, variance
 from raybench.analysis.reliability.criteria import CRITERIA, assess
 from raybench.analysis.reliability.mrd import mrd
-from raybench.analysis.reliability.verdicts import verdict_from
+from raybench.analysis.reliability.verdicts import CLASSES, class_states, verdict_from
 from raybench.analysis.report.plotting import load_tables
 from raybench.core.atomic import read_json, write_json, write_table
 from raybench.core.paths import RunLayout
@@ -42,8 +42,10 @@ VALUE_COLUMNS = [
     "rank_p", "rho_step", "p_rise", "p_decline", "rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt",
     "reseed_s", "reseed_s_min", "reseed_s_max", "reseed_cv", "reseed_mrd_1", "reseed_mrd_3", "s_seed_profile",
     "mrd_3_profile", "tau_seeds", "tau_arms", "tau_selection", "n_outside", "encoder_only", "saturated",
-    "out_tracks", "rho_gt_min_variants"]
-SUMMARY_COLUMNS = ["metric", "verdict", "rule", *[f"state_{c}" for c in CRITERIA], *[f"null_{c}" for c in CRITERIA],
+    "out_tracks", "rho_gt_min_variants", "share_cells_df", "share_snapshots_df", "pairs", "rank_p_min",
+    "rho_gt_mcc_step", "rho_gt_f1_step", "rho_step_gt_mcc", "rho_gt_out"]
+SUMMARY_COLUMNS = ["metric", "verdict", "rule", *[f"class_{c}" for c in CLASSES],
+                   *[f"state_{c}" for c in CRITERIA], *[f"null_{c}" for c in CRITERIA],
                    *VALUE_COLUMNS, "contrasts_below_mrd"]
 
 
@@ -111,7 +113,6 @@ def run_reliability(root: str | Path, protocol: Any, rcfg: Any, heavy: bool,
 def _heavy(layout: RunLayout, protocol: Any, rcfg: Any, ok: pd.DataFrame, num_workers: int | None,
            secs: dict[str, float]) -> dict[str, pd.DataFrame]:
     from raybench.analysis.reliability import panel, panel_rho, reseed, training_curve
-    from raybench.analysis.reliability.ground_truth import SyntheticSpec
     from raybench.analysis.reliability.sampling import sample_points, sampled_stacks
 
     out: dict[str, pd.DataFrame] = {}
@@ -126,9 +127,7 @@ def _heavy(layout: RunLayout, protocol: Any, rcfg: Any, ok: pd.DataFrame, num_wo
         layout.root, stacks, protocol, tuple(rcfg.fractions), num_workers)
     secs["training"] = time.perf_counter() - t
     t = time.perf_counter()
-    spec = panel.PanelSpec(steps=tuple(rcfg.panel_steps), expansions=tuple(rcfg.panel_expansions),
-                           ks=tuple(rcfg.panel_ks), synthetic=SyntheticSpec(seed=rcfg.panel_seed),
-                           variants=tuple(rcfg.panel_variants))
+    spec = panel.panel_spec(rcfg)
     out["reliability_panel"] = panel.run_panel(spec, protocol.sae, protocol.eval, num_workers)
     out["reliability_panel_rho"] = panel_rho.ground_truth_rho(out["reliability_panel"])
     source = f"s{max(spec.steps)}-E{max(spec.expansions)}-k{max(spec.ks)}"
@@ -148,14 +147,15 @@ def _get(df: pd.DataFrame | None, metric: str, col: str) -> float:
 
 
 def _training_evidence(training: pd.DataFrame | None, metric: str, warmup: float) -> dict[str, float]:
-    """The snapshot design (post-warmup fractions, per-cell series) and the trend over every snapshot."""
+    """The snapshot design (post-warmup fractions, per-cell series) and the trend over every snapshot (per cell,
+    or per stack for reproducibility, whose series carry seed -1)."""
     if training is None or training.empty or not (training.metric == metric).any():
         return {}
-    sub = training[(training.metric == metric) & (training.seed >= 0)]
+    sub = training[training.metric == metric]
     sub = sub.assign(value=evidence.orient(metric, sub.value.to_numpy(float)))
     series = [g.sort_values("step").value.to_numpy(float) for _, g in sub.groupby(["model", "q", "expansion", "seed"])]
     out = evidence.trend_evidence(series)
-    post = sub[sub.fraction >= warmup - 1e-9]
+    post = sub[(sub.fraction >= warmup - 1e-9) & (sub.seed >= 0)]
     y, _ = evidence.design(post, snapshot="fraction")
     if y.size:
         out.update(evidence.snapshot_evidence(y, np.array(sorted(post.fraction.unique()))))
@@ -168,13 +168,16 @@ def _metric_inputs(metric: str, out: dict[str, pd.DataFrame], noise: pd.DataFram
     cells = long[long.metric == metric]
     y, _ = evidence.design(cells.assign(value=evidence.orient(metric, cells.value.to_numpy(float))))
     if y.size:
-        m.update(evidence.cell_evidence(y))
+        m.update(evidence.cell_evidence(y, pairs=metric == "reproducibility"))
     m.update(_training_evidence(out.get("reliability_training"), metric, float(rcfg.warmup_fraction)))
     rho = out.get("reliability_panel_rho")
     if rho is not None and not rho.empty:
         first = rho[rho.variant == rho.variant.iloc[0]] if "variant" in rho else rho  # older tables: one model
-        for col in ("rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt"):
+        for col in ("rho_gt_mcc", "p_gt_mcc", "rho_gt_f1", "p_gt_f1", "n_gt", "rho_gt_mcc_step", "rho_gt_f1_step",
+                    "rho_step_gt_mcc"):
             m[col] = _get(first, metric, col)
+        out_rhos = [_get(first, f"{metric}_out", c) for c in ("rho_gt_mcc", "rho_gt_f1")]
+        m["rho_gt_out"] = max((r for r in out_rhos if np.isfinite(r)), default=float("nan"))
     flags = out.get("reliability_panel_flags")
     if flags is not None and not flags.empty:
         m["encoder_only"] = _get(flags, metric, "encoder_only")
@@ -209,6 +212,7 @@ def _summary(out: dict[str, pd.DataFrame], noise: pd.DataFrame, long: pd.DataFra
         crit = assess(m)
         row: dict[str, object] = {"metric": metric}
         row["verdict"], row["rule"] = verdict_from(crit)
+        row.update({f"class_{k}": v for k, v in class_states(crit).items()})
         row.update({f"state_{k}": c.state for k, c in crit.items()})
         row.update({f"null_{k}": c.null for k, c in crit.items()})
         row.update({c: m.get(c, np.nan) for c in VALUE_COLUMNS})

@@ -50,3 +50,27 @@ def test_flags_encoder_only_saturation_and_the_out_of_sae_control():
     assert flags.encoder_only["accessibility"] and not flags.encoder_only["reconstruction"]
     assert flags.saturated["reconstruction"] and not flags.saturated["accessibility"]
     assert flags.out_tracks["accessibility_out"]  # the negative control tracks GT-MCC here: flagged
+
+
+def test_validity_is_controlled_for_the_training_step():
+    """A metric that follows only the step: ground truth rises with the step and varies within a step, the metric
+    rises with the step alone. Its raw rho is high, its partial rho given the step near 0, and the ground-truth
+    criterion is held at weak; a metric that tracks ground truth within steps keeps its pass."""
+    from raybench.analysis.reliability.criteria import assess
+
+    rng = np.random.default_rng(3)
+    steps = np.repeat([15.0, 40, 100, 250], 5)
+    gt = np.log(steps) + 0.3 * rng.normal(size=20)
+    rows = [{"variant": "base", "member": f"m{i}", "kind": "trained", "steps": s, "gt_mcc": g, "gt_f1": g,
+             "reconstruction": np.log(s) + 0.01 * rng.normal(), "accessibility": g + 0.01 * rng.normal()}
+            for i, (s, g) in enumerate(zip(steps, gt, strict=True))]
+    rho = ground_truth_rho(pd.DataFrame(rows), ("reconstruction", "accessibility")).set_index("metric")
+    assert rho.rho_step_gt_mcc.iloc[0] > 0.8  # ground truth itself mostly follows the step
+    assert rho.rho_gt_mcc["reconstruction"] > 0.7 and abs(rho.rho_gt_mcc_step["reconstruction"]) < 0.5
+    assert rho.rho_gt_mcc_step["accessibility"] > 0.9
+    # the partial rho is the correlation of the rank residuals after regressing out the step's ranks
+    ranks = [stats.rankdata(a) for a in (pd.DataFrame(rows).reconstruction, gt, steps)]
+    res = [a - np.polyval(np.polyfit(ranks[2], a, 1), ranks[2]) for a in ranks[:2]]
+    assert rho.rho_gt_mcc_step["reconstruction"] == pytest.approx(np.corrcoef(*res)[0, 1])
+    states = {m: assess(r.to_dict())["ground_truth"].state for m, r in rho.iterrows()}
+    assert states == {"reconstruction": "weak", "accessibility": "pass"}

@@ -58,3 +58,23 @@ def test_too_few_snapshots_leave_the_papers_design_not_assessed():
     row = summary.iloc[0]
     assert row.state_share_snapshots == "not assessed" and row.state_snr == "not assessed"
     assert row.state_share_cells == "pass" and row.state_training == "pass"
+
+
+def test_reproducibility_keeps_its_training_series_and_its_pair_aware_null():
+    """Reproducibility's snapshots are per stack (seed -1) and its cells are seed pairs: the trend is assessed
+    from those series, and the pairs are read by the pair-aware null."""
+    rng = np.random.default_rng(2)
+    models = [f"m{i}" for i in range(6)]
+    long = pd.DataFrame([("reproducibility", m, q, e, pair, 0.1 * i + 0.01 * rng.normal())
+                         for (i, m), q, e, pair in itertools.product(enumerate(models), (0.0, 1.0), (1, 8),
+                                                                      ("1-2", "1-3", "2-3"))],
+                        columns=seeds.LONG_COLUMNS)
+    training = pd.DataFrame([(m, 0.0, 8, -1, f, int(f * 80), "reproducibility", 0.1 * i + 0.2 * f)
+                             for (i, m), f in itertools.product(enumerate(models), np.linspace(0, 1, 9))],
+                            columns=["model", "q", "expansion", "seed", "fraction", "step", "metric", "value"])
+    out = {"reliability_training": training, "reliability_outside": pd.DataFrame(columns=["metric"])}
+    noise = seeds.profile_noise(seeds.seed_profiles(long, [1, 8])).set_index("metric")
+    row = _summary(out, noise, long, {}, ReliabilityConfig())[0].iloc[0]
+    assert row.metric == "reproducibility" and row.state_training == "pass" and row.rho_step == 1.0
+    assert row.pairs == 1.0 and "pair-aware" in row.null_share_cells and row.share_cells_df == 12  # V (S - 1)
+    assert row.class_stability == "pass" and row.verdict == "incomplete"  # no ground-truth panel here
