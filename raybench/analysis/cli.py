@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from raybench.core.config import RunConfig
+from raybench.infra.run_lock import local_run, locks_run
 
 if TYPE_CHECKING:
     from raybench.analysis.stage import Rendered
@@ -50,6 +51,7 @@ def _echo_rendered(rendered: Rendered, root: Path) -> None:
               help="Analyze a grid with missing or failed cells (refused by default, naming them); every table then "
                    "flags its short denominators (n_expected, n_present, short_denominator).")
 @click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
+@locks_run("analyze", local_run)
 def analyze(run_dir: str, config_path: str | None, num_workers: int | None, strict: bool, allow_incomplete: bool,
             verbose: bool) -> None:
     """Compute the analysis tables (Ray bootstraps), then figures, the release audit and report.html."""
@@ -69,6 +71,7 @@ def analyze(run_dir: str, config_path: str | None, num_workers: int | None, stri
 @click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder with finished tables.")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when the release audit is incomplete.")
 @click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
+@locks_run("report", local_run)
 def report(run_dir: str, strict: bool, verbose: bool) -> None:
     """Re-draw figures and re-render report.html from existing tables (no recomputation, no Ray)."""
     _logging(verbose)
@@ -103,6 +106,7 @@ def _logging(verbose: bool) -> None:
 @click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder written by `raybench grid`.")
 @click.option("--num-workers", type=int, default=None, help="Parallel Ray tasks (default: what Ray has).")
 @click.option("--cheap-only", is_flag=True, help="Only the cheap parts (what every analyze runs).")
+@locks_run("reliability", local_run)
 def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None:
     """How far each metric can be trusted: reseeds, seed variance, ground truth, training curves, verdicts; then
     re-render report.html."""
@@ -131,6 +135,7 @@ def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None
               help="Run config YAML (default: the run's own run.yaml); its provenance section sets the audit.")
 @click.option("--target", default=None, help="Diagnostic superclass of the target (NORM, MI, STTC, CD, HYP); "
                                              "default: provenance.target (NORM).")
+@locks_run("provenance", local_run)
 def provenance(run_dir: str, config_path: str | None, target: str | None) -> None:
     """Audit whether each encoder carries device/site and whether a head relies on it (Recover / Stress /
     Intervene / Verify per model x depth), write tables/provenance_*, figures and re-render report.html."""

@@ -34,9 +34,12 @@ def encode(run_dir: str | None, config_path: str | None, models: str | None, siz
     names = [m.strip() for m in models.split(",") if m.strip()] if models else list(cfg.protocol.grid.models)
     if not names:
         raise click.BadParameter("is empty", param_hint="--models")
-    check_encodable(cfg)
-    what = f"--config {config_path}" if config_path else "the run's config"
-    stamp_run(cfg, f"{what} with --size {size}" if size else what)  # --size changes results: same check
-    for line in encode_models(cfg, names, all_layers=all_layers, progress=not quiet):
-        if not quiet:
-            click.echo(line)
+    from raybench.infra.run_lock import run_lock
+
+    with run_lock(cfg.run_dir, "encode"):  # one writer per run folder (raybench.infra.run_lock)
+        check_encodable(cfg)
+        what = f"--config {config_path}" if config_path else "the run's config"
+        stamp_run(cfg, f"{what} with --size {size}" if size else what)  # --size changes results: same check
+        for line in encode_models(cfg, names, all_layers=all_layers, progress=not quiet):
+            if not quiet:
+                click.echo(line)

@@ -1,6 +1,9 @@
-"""One writer per run folder: `raybench grid` / `train` hold a lock on the run while they work.
+"""One writer per run folder: every command that writes into a run (`grid`, `train`, `encode`, `analyze`,
+`report`, `compare`, `features`, `provenance`, `reliability`) holds its lock while it works; readers (`export`,
+`status`) take none.
 
-Two runs on one folder would pick the same Tune experiment name and replace each other's cells. Locally the lock
+Two runs on one folder would pick the same Tune experiment name and replace each other's cells, and a `report`
+re-rendering while a `grid` writes would mix two states of the tables. Locally the lock
 is a file created atomically (O_EXCL) in the run folder, naming its holder (host, pid, start time); a lock whose
 process is gone on this host is stale and taken over. On s3:// it is a lease object written with a conditional
 put (If-None-Match: only if absent), refreshed while the run works and taken over only once expired (If-Match:
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import os
@@ -19,7 +23,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +39,13 @@ _held_guard = threading.Lock()
 
 
 class RunLocked(RaybenchError, RuntimeError):
-    """Another `raybench grid` / `train` works on this run folder."""
+    """Another raybench command writes into this run folder."""
+
+
+def _is_remote(uri: str | os.PathLike) -> bool:
+    """As raybench.infra.storage.is_remote (which imports this module to guard its uploads)."""
+    s = str(uri)
+    return "://" in s and not s.startswith("file://")
 
 
 def _now() -> str:
@@ -51,16 +61,14 @@ def _refusal(where: str, holder: dict[str, Any] | None, how_to_clear: str) -> Ru
     who = ("an unreadable holder" if not isinstance(holder, dict) else
            f"`raybench {holder.get('command', '?')}` on host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
            f"started {holder.get('started', '?')}")
-    return RunLocked(f"the run folder {where} is in use by {who}; two runs on one folder would replace each other's "
-                     f"cells. Wait for it to finish, or use another --run-dir. {how_to_clear}")
+    return RunLocked(f"the run folder {where} is in use by {who}; two writers on one folder would replace each other's "
+                     f"files. Wait for it to finish, or use another --run-dir. {how_to_clear}")
 
 
 @contextlib.contextmanager
 def run_lock(run_dir: str | os.PathLike, command: str = "grid") -> Iterator[None]:
     """Hold the run folder's lock for the block; refuse (RunLocked) when another process holds it."""
-    from raybench.infra.storage import is_remote
-
-    remote = is_remote(run_dir)
+    remote = _is_remote(run_dir)
     key = str(run_dir).rstrip("/") if remote else os.path.abspath(run_dir)
     with _held_guard:
         nested = _held.get(key, 0) > 0
@@ -83,6 +91,44 @@ def run_lock(run_dir: str | os.PathLike, command: str = "grid") -> Iterator[None
         with _held_guard:
             _held.pop(key, None)
         lock.release()
+
+
+def locks_run(command: str, where: Callable[[dict[str, Any]], str | os.PathLike | None] | None = None
+              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a click command that writes into a run folder: its body runs under run_lock of
+    `where(params)` (default: the `run_dir` parameter); None takes no lock (nothing of a run is written). Put it
+    right above the `def`, below the click options."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def body(*args: Any, **params: Any) -> Any:
+            target = where(params) if where is not None else params.get("run_dir")
+            with run_lock(target, command) if target is not None else contextlib.nullcontext():
+                return fn(*args, **params)
+
+        return body
+
+    return wrap
+
+
+def local_run(params: dict[str, Any]) -> str | None:
+    """`where` of locks_run for a command that reads a local run folder only: its --run-dir, or None for a remote
+    or missing one (which the command refuses with its own message)."""
+    run_dir = params.get("run_dir")
+    return run_dir if run_dir is not None and not _is_remote(run_dir) and Path(run_dir).is_dir() else None
+
+
+def run_holding(folder: str | os.PathLike, runs: Iterable[str | os.PathLike]) -> str | None:
+    """The run among `runs` whose folder holds `folder` (an output folder such as compare's --out or features'
+    default), for locks_run; None when `folder` lies outside every (local) run: nothing of a run is written."""
+    target = Path(folder).expanduser().resolve()
+    for run in runs:
+        if _is_remote(run):
+            continue
+        root = Path(run).expanduser().resolve()
+        if target == root or root in target.parents:
+            return str(run)
+    return None
 
 
 # ---------------------------------------------------------------- local folder

@@ -133,3 +133,61 @@ def test_an_s3_prefix_in_use_refuses_while_its_lease_is_refreshed_and_is_taken_o
         taker.acquire()
         taker.release()
         stale.release()  # too late: the lease is no longer its own, nothing is deleted
+
+
+# ---------------------------------------------------------------- every writer takes the lock
+
+WRITERS = {  # command -> its arguments on the run folder R (O: a second run, for compare)
+    "analyze": ["analyze", "--run-dir", "R"],
+    "report": ["report", "--run-dir", "R"],
+    "encode": ["encode", "--run-dir", "R"],
+    "compare": ["compare", "R", "O"],
+    "features": ["features", "--run-dir", "R", "--model", "ecg_fm", "--concept", "qrs_duration"],
+    "provenance": ["provenance", "--run-dir", "R"],
+    "reliability": ["reliability", "--run-dir", "R"],
+}
+
+
+@pytest.fixture(scope="module")
+def live_pid():
+    """A live process of this host other than the test's: the holder a planted lock names."""
+    proc = subprocess.Popen(["sleep", "300"])
+    time.sleep(0.05)
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def _hold(run: Path, pid: int) -> None:
+    import datetime
+
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    (run / LOCK_NAME).write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "command": "grid",
+                                             "started": started, "token": "x"}))
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_every_command_that_writes_into_a_run_is_refused_while_another_holds_its_lock(tmp_path, live_pid, command):
+    from click.testing import CliRunner
+
+    from raybench.app.cli import main
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    run.mkdir()
+    other.mkdir()
+    _hold(run, live_pid)
+    args = [str(run) if a == "R" else str(other) if a == "O" else a for a in WRITERS[command]]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "in use by `raybench grid`" in result.output and f"pid {live_pid}" in result.output
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME], "nothing written while the lock is held"
+
+
+def test_a_command_writing_outside_every_run_takes_no_lock(tmp_path):
+    from raybench.infra.run_lock import run_holding
+
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    assert run_holding(run_a / "compare" / "b", (run_a, run_b)) == str(run_a)
+    assert run_holding(run_b / "x", (run_a, run_b)) == str(run_b)
+    assert run_holding(tmp_path / "elsewhere", (run_a, run_b)) is None
+    assert run_holding(tmp_path / "a-sibling", (run_a, "s3://bucket/a")) is None

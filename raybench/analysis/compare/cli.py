@@ -12,10 +12,19 @@ from pathlib import Path
 
 import click
 
+from raybench.infra.run_lock import locks_run, run_holding
+
 
 def default_out(run_a: Path, run_b: Path) -> Path:
     """<RUN_A>/compare/<name of RUN_B>/."""
     return run_a / "compare" / run_b.resolve().name
+
+
+def _written_run(params: dict) -> str | None:
+    """The run folder the comparison writes into (RUN_A by default; whichever run holds --out), for its lock."""
+    run_a, run_b, out = params["run_a"], params["run_b"], params.get("out")
+    folder = Path(out) if out is not None else default_out(Path(run_a), Path(run_b))
+    return run_holding(folder, (run_a, run_b))
 
 
 def run_names(run_a: Path, run_b: Path) -> tuple[str, str]:
@@ -32,6 +41,7 @@ def run_names(run_a: Path, run_b: Path) -> tuple[str, str]:
               help="Patient-bootstrap draws per run (default: the smaller of the runs' inference.patient_draws).")
 @click.option("--seed", type=int, default=None, help="Seed of the comparison's draws (default 20260801).")
 @click.option("--num-workers", type=int, default=None, help="Parallel bootstrap tasks (default: what Ray has).")
+@locks_run("compare", _written_run)
 def compare(run_a: str, run_b: str, out: str | None, draws: int | None, seed: int | None,
             num_workers: int | None) -> None:
     """Compare two finished runs of one protocol (e.g. PTB-XL and MIMIC-IV-ECG): per metric whether each run's
