@@ -172,15 +172,23 @@ def cohort_kind(layout: RunLayout, raw: dict[str, Any] | None) -> str:
 
 
 def _required_ids(layout: RunLayout, raw: dict[str, Any] | None, kind: str) -> set[bytes]:
-    """The ids the export scans a credentialed run for; refuses when none could be loaded (an empty scan passes
-    everything, e.g. for a partial copy of an s3:// run without manifest/)."""
-    ids = record_ids(layout, raw)
+    """The ids the export scans a credentialed run for: the full manifest's (plus quarantine and the dataset's record
+    list). Refuses when the manifest cannot be loaded: a partial id set (e.g. a quarantine list of one id, from a
+    partial copy of an s3:// run without manifest.parquet) would pass a table holding any other record's id."""
+    fix = ("Copy the run's manifest/ folder too (inside the credentialed environment), then export again")
+    if not layout.manifest.is_file():
+        raise ExportError(f"{layout.root} is a run of the credentialed cohort {kind!r}, but {layout.manifest} is "
+                          f"missing, so no record or subject ids can be loaded for the id scan. {fix}")
+    try:
+        ids = record_ids(layout, raw)
+    except ExportError:
+        raise
+    except Exception as err:  # a damaged parquet file, a table without the id columns
+        raise ExportError(f"{layout.manifest} of the credentialed cohort {kind!r} could not be read "
+                          f"({type(err).__name__}), so its record ids cannot be scanned for. {fix}") from None
     if not ids:
-        raise ExportError(
-            f"{layout.root} is a run of the credentialed cohort {kind!r}, but no record or subject ids could be "
-            f"loaded ({layout.manifest} is missing and no record_list.csv was found at cohort.root), so the id scan "
-            "cannot check the export. Copy the run's manifest/ folder too (inside the credentialed environment), or "
-            "make cohort.root in run.yaml point at the dataset, then export again")
+        raise ExportError(f"{layout.root} is a run of the credentialed cohort {kind!r}, but no record or subject ids "
+                          f"could be loaded from {layout.manifest}, so the id scan cannot check the export. {fix}")
     return ids
 
 
@@ -203,6 +211,8 @@ def record_ids(layout: RunLayout, raw: dict[str, Any] | None) -> set[bytes]:
         import pyarrow.parquet as pq
 
         names = pq.read_schema(layout.manifest).names
+        if not any(c in names for c in id_cols):
+            raise ExportError(f"{layout.manifest} has none of the id columns {', '.join(id_cols)}")
         table = pq.read_table(layout.manifest, columns=[c for c in id_cols if c in names])
         for col in table.column_names:
             add(table.column(col).to_pylist())

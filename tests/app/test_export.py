@@ -139,3 +139,23 @@ def test_a_comparison_with_another_run_is_exported_and_its_inputs_are_not(tmp_pa
     assert {"compare/other/report.html", "compare/other/tables/leaders.parquet", "compare/other/tables/leaders.csv",
             "compare/other/figures/compare.png"} <= copied
     assert "compare/other/patient_draws.npz" not in copied
+
+
+def test_a_credentialed_run_without_its_manifest_is_refused_even_with_a_quarantine_list(tmp_path):
+    """manifest.parquet missing, quarantine.csv holding one id: that partial id set would pass a table holding any
+    other record's id, so the export refuses instead of scanning against it."""
+    layout = _run(tmp_path / "run", "mimic", manifest=False)
+    layout.manifest_dir.mkdir()
+    write_json(layout.manifest_summary, {"cohort": "mimic", "records": 2})
+    pd.DataFrame({"ecg_id": [STUDY + 7], "reason": ["flat lead"]}).to_csv(layout.quarantine, index=False)
+    _plant_id(layout)  # STUDY: a record of the manifest, not of the quarantine list
+    with pytest.raises(ExportError, match=r"credentialed cohort 'mimic'.*manifest\.parquet is missing"):
+        export_run(layout.root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_credentialed_run_whose_manifest_cannot_be_read_is_refused(tmp_path):
+    layout = _run(tmp_path / "run", "mimic")
+    layout.manifest.write_bytes(b"PAR1 damaged")
+    with pytest.raises(ExportError, match=r"manifest\.parquet of the credentialed cohort 'mimic' could not be read"):
+        export_run(layout.root, tmp_path / "out")
