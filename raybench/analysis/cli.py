@@ -20,12 +20,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def resolve_config(run_dir: str, config_path: str | None) -> RunConfig:
-    """--config when given (refused when its config hash differs from the run's recorded one), else the resolved
-    config recorded in the run's run.yaml."""
+def resolve_config(run_dir: str, config_path: str | None, trust_destinations: bool = False) -> RunConfig:
+    """--config when given (refused when its config hash differs from the run's recorded one, or when it sends the
+    driver off this machine unconfirmed: raybench.core.destinations), else the config in the run's run.yaml."""
     from raybench.core.run_state import stage_config
 
-    return stage_config(run_dir, config_path, demo_fallback=False)
+    return stage_config(run_dir, config_path, demo_fallback=False, trust_destinations=trust_destinations)
 
 
 def _local_dir(run_dir: str) -> Path:
@@ -51,13 +51,16 @@ def _echo_rendered(rendered: Rendered, root: Path) -> None:
               help="Analyze a grid with missing or failed cells (refused by default, naming them); every table then "
                    "flags its short denominators (n_expected, n_present, short_denominator).")
 @click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
+@click.option("--trust-config-destinations", "trust_destinations", is_flag=True,
+              help="Accept a non-local resources.address from the --config file (refused otherwise; never for "
+                   "credentialed cohorts).")
 @locks_run("analyze", local_run)
 def analyze(run_dir: str, config_path: str | None, num_workers: int | None, strict: bool, allow_incomplete: bool,
-            verbose: bool) -> None:
+            verbose: bool, trust_destinations: bool = False) -> None:
     """Compute the analysis tables (Ray bootstraps), then figures, the release audit and report.html."""
     _logging(verbose)
     root = _local_dir(run_dir)
-    cfg = resolve_config(run_dir, config_path)  # the run's own run.yaml unless --config
+    cfg = resolve_config(run_dir, config_path, trust_destinations)  # the run's own run.yaml unless --config
     from raybench.analysis.stage import run_analyze_stage
 
     result = run_analyze_stage(cfg, num_workers=num_workers, allow_incomplete=allow_incomplete)
@@ -135,8 +138,10 @@ def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None
               help="Run config YAML (default: the run's own run.yaml); its provenance section sets the audit.")
 @click.option("--target", default=None, help="Diagnostic superclass of the target (NORM, MI, STTC, CD, HYP); "
                                              "default: provenance.target (NORM).")
+@click.option("--trust-config-destinations", "trust_destinations", is_flag=True,
+              help="Accept a non-local resources.address from the --config file (never for credentialed cohorts).")
 @locks_run("provenance", local_run)
-def provenance(run_dir: str, config_path: str | None, target: str | None) -> None:
+def provenance(run_dir: str, config_path: str | None, target: str | None, trust_destinations: bool = False) -> None:
     """Audit whether each encoder carries device/site and whether a head relies on it (Recover / Stress /
     Intervene / Verify per model x depth), write tables/provenance_*, figures and re-render report.html."""
     from dataclasses import replace
@@ -144,7 +149,7 @@ def provenance(run_dir: str, config_path: str | None, target: str | None) -> Non
     from raybench.analysis.provenance_audit.run import run_provenance
     from raybench.analysis.stage import render_outputs
 
-    cfg = resolve_config(run_dir, config_path)
+    cfg = resolve_config(run_dir, config_path, trust_destinations)
     if target is not None:
         cfg = replace(cfg, provenance=replace(cfg.provenance, target=target))
         cfg.provenance.validate()
