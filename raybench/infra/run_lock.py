@@ -128,6 +128,15 @@ def _pid_alive(pid: int, started: str | None) -> bool:
     return taken is None or begun <= taken + 2.0
 
 
+def _signature(path: Path) -> tuple[int, int, int, int] | None:
+    """Which file `path` is (device, inode) and which write of it (mtime, size); None when there is none."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class LocalLock:
     """`<run>/.raybench-lock.json`, created with O_EXCL; stale when its pid is gone on this host."""
 
@@ -172,19 +181,22 @@ class LocalLock:
 
     def _take_over_if_stale(self) -> None:
         """Remove a stale lock; refuse a live one. The rename makes two processes that both found it stale safe:
-        only one moves it away, and a lock that turns out to be fresh is put back."""
+        only one moves it away. What was moved is compared with what was judged by inode and mtime, not by content
+        (two empty lock files, the stale one and a fresh one between its create and write, read alike): a lock
+        that turns out to be another file is put back and refused."""
+        seen = _signature(self.path)
         holder = self._read(self.path)
-        if not self._stale(holder):
-            if self.path.exists():
-                raise refusal(str(self.root), holder, self._clear_hint())
+        if seen is None:
             return  # released meanwhile: try again
+        if not self._stale(holder) or _signature(self.path) != seen:  # live, or replaced while it was read
+            raise refusal(str(self.root), self._read(self.path), self._clear_hint())
         aside = self.path.with_name(f"{LOCK_NAME}.stale-{os.getpid()}-{secrets.token_hex(4)}")
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:
             return
-        moved = self._read(aside)
-        if moved != holder:  # a fresh lock was taken between our read and the rename: give it back
+        if _signature(aside) != seen:  # a fresh lock was taken between our judgement and the rename: give it back
+            moved = self._read(aside)
             with contextlib.suppress(OSError):
                 os.link(aside, self.path)
             aside.unlink(missing_ok=True)

@@ -191,3 +191,32 @@ def test_a_command_writing_outside_every_run_takes_no_lock(tmp_path):
     assert run_holding(run_b / "x", (run_a, run_b)) == str(run_b)
     assert run_holding(tmp_path / "elsewhere", (run_a, run_b)) is None
     assert run_holding(tmp_path / "a-sibling", (run_a, "s3://bucket/a")) is None
+
+
+def test_two_processes_taking_over_one_empty_stale_lock_do_not_both_hold_it(tmp_path, monkeypatch):
+    """B judged the empty lock (a writer killed between create and write) stale; before B moves it aside, A takes
+    it over and creates its own lock, still empty. Content alike, so B must tell the files apart (inode, mtime)."""
+    from raybench.infra.run_lock import LocalLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / LOCK_NAME
+    lock.write_text("")
+    old = time.time() - 120
+    os.utime(lock, (old, old))  # stale: empty and older than a minute
+    real_rename = os.rename
+    raced = []
+
+    def rename(src, dst):
+        if not raced and Path(src) == lock:  # process A, between B's judgement and B's rename
+            lock.unlink()
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            raced.append(os.stat(lock).st_ino)
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(RunLocked, match="in use by an unreadable holder"):
+        LocalLock(run, "grid").acquire()
+    monkeypatch.undo()
+    assert raced and lock.exists() and os.stat(lock).st_ino == raced[0], "A's lock is back in place"
+    assert [p.name for p in run.iterdir()] == [LOCK_NAME], "nothing left aside"
