@@ -65,17 +65,21 @@ def run_lock(run_dir: str | os.PathLike, command: str = "grid") -> Iterator[None
         lock.release()
 
 
-def locks_run(command: str, where: Callable[[dict[str, Any]], str | os.PathLike | None] | None = None
+def locks_run(command: str, where: Callable[[dict[str, Any]], str | os.PathLike | None] | None = None,
+              guard: Callable[[dict[str, Any]], None] | None = None
               ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator of a click command that writes into a run folder: its body runs under run_lock of
-    `where(params)` (default: the `run_dir` parameter); None takes no lock (nothing of a run is written). Put it
-    right above the `def`, below the click options."""
+    `where(params)` (default: the `run_dir` parameter); None takes no lock (nothing of a run is written). `guard`
+    (e.g. a refusal of symlinked output paths) runs once the lock is held. Put it right above the `def`, below the
+    click options."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def body(*args: Any, **params: Any) -> Any:
             target = where(params) if where is not None else params.get("run_dir")
             with run_lock(target, command) if target is not None else contextlib.nullcontext():
+                if guard is not None:
+                    guard(params)
                 return fn(*args, **params)
 
         return body
@@ -92,12 +96,13 @@ def local_run(params: dict[str, Any]) -> str | None:
 
 def run_holding(folder: str | os.PathLike, runs: Iterable[str | os.PathLike]) -> str | None:
     """The run among `runs` whose folder holds `folder` (an output folder such as compare's --out or features'
-    default), for locks_run; None when `folder` lies outside every (local) run: nothing of a run is written."""
-    target = Path(folder).expanduser().resolve()
+    default), for locks_run; None when `folder` lies outside every (local) run: nothing of a run is written.
+    Judged by the paths as written (symlinks not followed: a linked output folder is refused by its command)."""
+    target = Path(os.path.abspath(Path(folder).expanduser()))
     for run in runs:
         if is_remote_uri(run):
             continue
-        root = Path(run).expanduser().resolve()
+        root = Path(os.path.abspath(Path(run).expanduser()))
         if target == root or root in target.parents:
             return str(run)
     return None

@@ -8,10 +8,12 @@ differing fields named) before any statistics are read.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
+from raybench.core.symlinks import refuse_symlinks
 from raybench.infra.run_lock import locks_run, run_holding
 
 
@@ -20,11 +22,23 @@ def default_out(run_a: Path, run_b: Path) -> Path:
     return run_a / "compare" / run_b.resolve().name
 
 
+def _out_folder(params: dict) -> Path:
+    out = params.get("out")
+    return Path(out) if out is not None else default_out(Path(params["run_a"]), Path(params["run_b"]))
+
+
 def _written_run(params: dict) -> str | None:
     """The run folder the comparison writes into (RUN_A by default; whichever run holds --out), for its lock."""
-    run_a, run_b, out = params["run_a"], params["run_b"], params.get("out")
-    folder = Path(out) if out is not None else default_out(Path(run_a), Path(run_b))
-    return run_holding(folder, (run_a, run_b))
+    return run_holding(_out_folder(params), (params["run_a"], params["run_b"]))
+
+
+def _plain_out(params: dict) -> None:
+    """No symlink on the way from the run that holds the output folder to it, nor inside it (a planted
+    `compare/` link would send the tables and report into someone else's folder): guard of locks_run."""
+    run = _written_run(params)
+    if run is not None:
+        root = os.path.abspath(run)
+        refuse_symlinks(root, [os.path.relpath(os.path.abspath(_out_folder(params)), root)])
 
 
 def run_names(run_a: Path, run_b: Path) -> tuple[str, str]:
@@ -41,7 +55,7 @@ def run_names(run_a: Path, run_b: Path) -> tuple[str, str]:
               help="Patient-bootstrap draws per run (default: the smaller of the runs' inference.patient_draws).")
 @click.option("--seed", type=int, default=None, help="Seed of the comparison's draws (default 20260801).")
 @click.option("--num-workers", type=int, default=None, help="Parallel bootstrap tasks (default: what Ray has).")
-@locks_run("compare", _written_run)
+@locks_run("compare", _written_run, _plain_out)
 def compare(run_a: str, run_b: str, out: str | None, draws: int | None, seed: int | None,
             num_workers: int | None) -> None:
     """Compare two finished runs of one protocol (e.g. PTB-XL and MIMIC-IV-ECG): per metric whether each run's
