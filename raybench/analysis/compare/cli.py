@@ -41,10 +41,16 @@ def _plain_out(params: dict) -> None:
         refuse_symlinks(root, [os.path.relpath(os.path.abspath(_out_folder(params)), root)])
 
 
+SOURCES = "sources.json"
+"""<out>/sources.json: where the two runs lie on this machine, so `raybench export` can scan a comparison with a
+credentialed run for that run's record ids. Never exported (not on the export's allow-list)."""
+
+
 def run_names(run_a: Path, run_b: Path) -> tuple[str, str]:
-    """The runs' folder names, or their paths when the names are the same."""
+    """The runs' folder names, marked (A) and (B) when they are the same: never their paths, which name users and
+    machines in exported tables."""
     a, b = run_a.resolve().name, run_b.resolve().name
-    return (a, b) if a != b else (str(run_a), str(run_b))
+    return (a, b) if a != b else (f"{a} (A)", f"{b} (B)")
 
 
 @click.command()
@@ -94,6 +100,9 @@ def compare(run_a: str, run_b: str, out: str | None, draws: int | None, seed: in
     tables = compute(a, b, config)
     folder = Path(out) if out is not None else default_out(root_a, root_b)
     write_tables(tables, folder)
+    from raybench.core.atomic import write_json
+
+    write_json(folder / SOURCES, {"a": str(root_a.resolve()), "b": str(root_b.resolve())})
     figures = draw(tables, folder / "figures")
     report = write_report(tables, folder, figures)
     for r in tables["leaders"].itertuples():
