@@ -31,8 +31,8 @@ class LeaseLost(RaybenchError, RuntimeError):
 
 def _lost(uri: str, why: str) -> LeaseLost:
     return LeaseLost(f"lost the lease on {uri} ({why}): another run may be writing there, so this one stops before "
-                     "uploading anything more. Check who holds it (`raybench status` or the lease object "
-                     f"{uri.rstrip('/')}/{LOCK_NAME}), then run again: finished work is kept")
+                     f"uploading anything more. The lease object {uri.rstrip('/')}/{LOCK_NAME} names who holds it; "
+                     "once that run is done, run again: finished work is kept")
 
 
 def _store_age(resp: dict[str, Any]) -> float | None:
