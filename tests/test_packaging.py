@@ -19,16 +19,17 @@ def _requirement(name: str) -> Requirement:
     return found[0]
 
 
-def test_torch_floor_excludes_the_weights_only_bypass():
-    """torch < 2.6 lets a crafted checkpoint run code even with torch.load(weights_only=True) (CVE-2025-32434)."""
+def test_torch_floor_excludes_the_weights_only_bypasses():
+    """A crafted checkpoint runs code through torch.load(weights_only=True) in torch < 2.6 (CVE-2025-32434) and
+    < 2.10 (CVE-2026-24747); raybench's refusal of foreign checkpoints rests on that loader."""
     spec = _requirement("torch").specifier
     floors = [Version(s.version) for s in spec if s.operator in (">=", "==", "~=", "===")]
     floors += [Version(s.version) for s in spec if s.operator == ">"]
     assert floors, f"torch requirement {spec} has no lower bound"
-    assert max(floors) >= Version("2.6"), f"torch requirement {spec} admits versions below 2.6"
-    for bad in ("2.4.0", "2.5.1"):
+    assert max(floors) >= Version("2.10"), f"torch requirement {spec} admits versions below 2.10"
+    for bad in ("2.4.0", "2.5.1", "2.6.0", "2.9.1", "2.10.0rc1"):
         assert not spec.contains(bad, prereleases=True), f"torch requirement {spec} admits {bad}"
-    assert spec.contains("2.6.0")
+    assert spec.contains("2.10.0") and spec.contains("2.13.0")
 
 
 def _requirements(where: str) -> list[Requirement]:

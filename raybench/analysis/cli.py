@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import click
 
 from raybench.core.config import RunConfig
+from raybench.core.symlinks import ANALYSIS_OUTPUTS, refuse_symlinks
+from raybench.infra.run_lock import local_run, locks_run
 
 if TYPE_CHECKING:
     from raybench.analysis.stage import Rendered
@@ -19,12 +21,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def resolve_config(run_dir: str, config_path: str | None) -> RunConfig:
-    """--config when given (refused when its config hash differs from the run's recorded one), else the resolved
-    config recorded in the run's run.yaml."""
+def resolve_config(run_dir: str, config_path: str | None, trust_destinations: bool = False) -> RunConfig:
+    """--config when given (refused when its config hash differs from the run's recorded one, or when it sends the
+    driver off this machine unconfirmed: raybench.core.destinations), else the config in the run's run.yaml."""
     from raybench.core.run_state import stage_config
 
-    return stage_config(run_dir, config_path, demo_fallback=False)
+    return stage_config(run_dir, config_path, demo_fallback=False, trust_destinations=trust_destinations)
+
+
+def _plain_outputs(params: dict) -> None:
+    """A local --run-dir's analysis outputs hold no symlink (raybench.core.symlinks): guard of locks_run."""
+    if local_run(params) is not None:
+        refuse_symlinks(params["run_dir"], ANALYSIS_OUTPUTS)
 
 
 def _local_dir(run_dir: str) -> Path:
@@ -57,12 +65,16 @@ def _echo_rendered(rendered: Rendered, root: Path) -> None:
               help="Compute only this analysis' tables (repeatable; a name of raybench.analysis.registry.ANALYSES, "
                    "e.g. a newly added one); the others' tables stay as they are. Figures and the report are redrawn.")
 @click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
+@click.option("--trust-config-destinations", "trust_destinations", is_flag=True,
+              help="Accept a non-local resources.address from the --config file (refused otherwise; never for "
+                   "credentialed cohorts).")
+@locks_run("analyze", local_run, _plain_outputs)
 def analyze(run_dir: str, config_path: str | None, num_workers: int | None, strict: bool, allow_incomplete: bool,
-            only: tuple[str, ...], verbose: bool) -> None:
+            only: tuple[str, ...], verbose: bool, trust_destinations: bool = False) -> None:
     """Compute the analysis tables (Ray bootstraps), then figures, the release audit and report.html."""
     _logging(verbose)
     root = _local_dir(run_dir)
-    cfg = resolve_config(run_dir, config_path)  # the run's own run.yaml unless --config
+    cfg = resolve_config(run_dir, config_path, trust_destinations)  # the run's own run.yaml unless --config
     _check_folder(run_dir, "analyze")
     from raybench.analysis.stage import run_analyze_stage
 
@@ -77,6 +89,7 @@ def analyze(run_dir: str, config_path: str | None, num_workers: int | None, stri
 @click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder with finished tables.")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when the release audit is incomplete.")
 @click.option("-v", "--verbose", is_flag=True, help="Log skipped figures and other notes.")
+@locks_run("report", local_run, _plain_outputs)
 def report(run_dir: str, strict: bool, verbose: bool) -> None:
     """Re-draw figures and re-render report.html from existing tables (no recomputation, no Ray)."""
     _logging(verbose)
@@ -119,6 +132,7 @@ def _logging(verbose: bool) -> None:
 @click.option("--run-dir", default="runs/demo", show_default=True, help="Run folder written by `raybench grid`.")
 @click.option("--num-workers", type=int, default=None, help="Parallel Ray tasks (default: what Ray has).")
 @click.option("--cheap-only", is_flag=True, help="Only the cheap parts (what every analyze runs).")
+@locks_run("reliability", local_run, _plain_outputs)
 def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None:
     """How far each metric can be trusted: reseeds, seed variance, ground truth, training curves, verdicts; then
     re-render report.html."""
@@ -147,7 +161,10 @@ def reliability(run_dir: str, num_workers: int | None, cheap_only: bool) -> None
               help="Run config YAML (default: the run's own run.yaml); its provenance section sets the audit.")
 @click.option("--target", default=None, help="Diagnostic superclass of the target (NORM, MI, STTC, CD, HYP); "
                                              "default: provenance.target (NORM).")
-def provenance(run_dir: str, config_path: str | None, target: str | None) -> None:
+@click.option("--trust-config-destinations", "trust_destinations", is_flag=True,
+              help="Accept a non-local resources.address from the --config file (never for credentialed cohorts).")
+@locks_run("provenance", local_run, _plain_outputs)
+def provenance(run_dir: str, config_path: str | None, target: str | None, trust_destinations: bool = False) -> None:
     """Audit whether each encoder carries device/site and whether a head relies on it (Recover / Stress /
     Intervene / Verify per model x depth), write tables/provenance_*, figures and re-render report.html."""
     from dataclasses import replace
@@ -155,7 +172,7 @@ def provenance(run_dir: str, config_path: str | None, target: str | None) -> Non
     from raybench.analysis.provenance_audit.run import run_provenance
     from raybench.analysis.stage import render_outputs
 
-    cfg = resolve_config(run_dir, config_path)
+    cfg = resolve_config(run_dir, config_path, trust_destinations)
     if target is not None:
         cfg = replace(cfg, provenance=replace(cfg.provenance, target=target))
         cfg.provenance.validate()

@@ -3,7 +3,9 @@
 Nodes never ask a package registry for raybench (whoever registers that name would run code on every node
 that holds ECGs and cloud credentials). The launchers (cluster/aws.yaml, gcp.yaml) mount the folder this
 writes and the KubeRay image (cluster/kuberay/Dockerfile) copies it: `sha256sum -c SHA256SUMS`, then the
-dependencies from requirements.txt, then raybench itself only from the wheel (`--no-index --no-deps`).
+dependencies from requirements.txt, each pinned with the hashes of its files (`--require-hashes`,
+raybench.app.cluster_lock), then raybench itself only from the wheel (`--no-index --no-deps`). The wheel's sha256 is
+printed, to compare out of band with the one a node sees.
 """
 
 from __future__ import annotations
@@ -51,8 +53,10 @@ def wheel(out: Path | None, source: Path | None, extras: tuple[str, ...]) -> Non
     src = find_checkout(source)
     out = out if out is not None else src / WHEEL_DIR
     built = build_wheel_dir(src, out, extras)
-    click.echo(f"wrote {built} (+ {SUMS}, {REQUIREMENTS}) from {src}")
-    click.echo(f"nodes check it with `cd <mounted folder> && sha256sum -c {SUMS}`; see cluster/README.md")
+    click.echo(f"wrote {built} (+ {SUMS}, {REQUIREMENTS}: every dependency pinned with hashes) from {src}")
+    click.echo(f"wheel sha256: {file_sha256(built)}  {built.name}")
+    click.echo(f"nodes check it with `cd <mounted folder> && sha256sum -c {SUMS}`; compare the sha256 above with "
+               f"`sha256sum {built.name}` on a node, over another channel; see cluster/README.md")
 
 
 def is_checkout(path: Path) -> bool:
@@ -85,13 +89,16 @@ def build_wheel_dir(src: Path, out: Path, extras: tuple[str, ...] = ()) -> Path:
     _refuse_foreign_folder(out)
     with tempfile.TemporaryDirectory(prefix="raybench-wheel-") as tmp:
         built = _pip_wheel(_copy_source(src, Path(tmp) / "src"), Path(tmp) / "dist")
-        requirements = runtime_requirements(built, extras)
+        from raybench.app.cluster_lock import pinned_requirements
+
+        requirements = pinned_requirements(runtime_requirements(built, extras))
         with atomic_dir(out) as stage:
             shutil.copy2(built, stage / built.name)
             (stage / REQUIREMENTS).write_text(
-                f"# runtime dependencies of {built.name} (from its METADATA), installed from the package index;\n"
-                f"# {PACKAGE} itself is installed only from the wheel beside this file (--no-index --no-deps)\n"
-                + "".join(f"{r}\n" for r in requirements))
+                f"# runtime dependencies of {built.name} and theirs, pinned to the versions of the machine that built "
+                f"it,\n# each with the sha256 of its files on the package index: `pip install --require-hashes -r "
+                f"{REQUIREMENTS}`;\n# {PACKAGE} itself is installed only from the wheel beside this file (--no-index "
+                "--no-deps)\n" + "".join(f"{r}\n" for r in requirements))
             names = sorted([built.name, REQUIREMENTS])
             (stage / SUMS).write_text("".join(f"{file_sha256(stage / n)}  {n}\n" for n in names))
             stage.chmod(0o755)  # mkdtemp's 0700 would travel to the nodes; nothing here is secret

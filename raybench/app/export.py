@@ -20,10 +20,12 @@ is added here on purpose:
 Even an allow-listed file is refused if its name looks record-level (`*_ids*`, `*.npz`, quarantine,
 manifest, patient_stats). The cohort kind comes from manifest/summary.json and run.yaml (credentialed if
 either says so; refused if neither names one). For credentialed cohorts (raybench.core.privacy) every copied file
-is then scanned for the cohort's record and subject ids (from manifest/ and the dataset's record_list.csv); a
-hit aborts the export, leaving nothing at DIR, and names the file - e.g. a run whose tables predate the
-failure-text rules. When no id can be loaded (a partial copy of an s3:// run without manifest/) the export is
-refused: an empty scan would pass everything. A copied file holding the userinfo or query string of a URI in
+is then scanned for the cohort's record and subject ids (the full manifest's, plus quarantine and the dataset's
+record_list.csv); a hit aborts the export, leaving nothing at DIR, and names the file - e.g. a run whose tables
+predate the failure-text rules. When the manifest cannot be loaded (a partial copy of an s3:// run without
+manifest/) the export is refused: a partial id set would pass the other records' ids. A compare/<run>/ folder
+against a credentialed run is scanned for that run's ids (found where `raybench compare` recorded it), also in an
+open run's export. A copied file holding the userinfo or query string of a URI in
 run.yaml (a report rendered before redaction) is refused too. Every file report.html links (relative
 src/href/data-src) must be in the export, or it is refused.
 The export is written to a temporary folder beside DIR and renamed when complete.
@@ -106,6 +108,8 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
             continue
         chosen.append(rel)
 
+    scans = {"": ids} if credentialed else {}  # path prefix -> the ids the files under it are scanned for
+    scans.update(_compare_ids(src, chosen, ids))
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     result = ExportResult(dest=dest, left_behind=left)
@@ -127,19 +131,20 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
                 f"{len(leaks)} file(s) that would be exported hold credentials from a URI in run.yaml (user:password@ "
                 f"or a query string): {', '.join(leaks[:10])}. Re-render the report with this raybench version "
                 f"(`raybench report --run-dir {run_dir}`: it drops them), then export again")
-        if credentialed:
-            result.scanned_ids = len(ids)
-            hits = [rel for rel in _files(tmp) if _holds_ids(tmp / rel, ids)]
+        if scans:
+            result.scanned_ids = len(set().union(*scans.values()))
+            hits = [rel for rel in _files(tmp)
+                    if any(rel.startswith(prefix) and _holds_ids(tmp / rel, s) for prefix, s in scans.items())]
             if hits:
                 raise ExportError(
-                    f"{len(hits)} file(s) that would be exported hold record or subject ids of this credentialed "
+                    f"{len(hits)} file(s) that would be exported hold record or subject ids of a credentialed "
                     f"cohort: {', '.join(hits[:10])}. Re-render them with this raybench version (failure text is "
                     "reduced to the exception type), or remove them from the run folder, then export again")
         result.files = [{"path": rel, "bytes": (tmp / rel).stat().st_size, "sha256": file_sha256(tmp / rel)}
                         for rel in _files(tmp)]
         manifest = {"source_run": src.name, "credentialed": credentialed, "files": result.files,
                     "left_behind": left, "allow": list(ALLOW) + ["run.yaml"],
-                    "id_scan": {"ids": result.scanned_ids} if credentialed else None}
+                    "id_scan": {"ids": result.scanned_ids} if scans else None}
         (tmp / "EXPORT.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         if dest.exists():
             dest.rmdir()
@@ -148,6 +153,43 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return result
+
+
+def _compare_ids(src: Path, chosen: list[str], own: set[bytes]) -> dict[str, set[bytes]]:
+    """compare/<run>/ -> the ids its exported files are scanned for: those of each credentialed run it compares
+    (found where `raybench compare` recorded it), also when this run is open. Refuses a comparison whose runs table,
+    or credentialed run's manifest, cannot be read."""
+    import pandas as pd
+
+    from raybench.analysis.compare.cli import SOURCES
+
+    out: dict[str, set[bytes]] = {}
+    for folder in sorted({"/".join(rel.split("/")[:2]) for rel in chosen if rel.startswith("compare/")}):
+        fix = f"re-run `raybench compare` where both runs lie, or remove {src / folder}, then export again"
+        try:
+            kinds = dict(pd.read_parquet(src / folder / "tables" / "runs.parquet",
+                                         columns=["role", "cohort_kind"]).itertuples(index=False))
+        except Exception as err:
+            raise ExportError(f"{src / folder}/tables/runs.parquet is unreadable ({type(err).__name__}), so the export "
+                              f"cannot tell whether {folder} compares a credentialed cohort: {fix}") from None
+        roles = sorted(r for r, k in kinds.items() if is_credentialed(str(k)))
+        try:
+            sources = json.loads((src / folder / SOURCES).read_text()) if roles else {}
+        except (OSError, ValueError, RecursionError):
+            sources = {}
+        scan: set[bytes] = set()
+        for role in roles:
+            path = sources.get(role) if isinstance(sources, dict) else None
+            if not isinstance(path, str) or not Path(path).is_dir():
+                raise ExportError(f"{folder} compares a run of the credentialed cohort {kinds[role]!r} (run "
+                                  f"{role.upper()}) whose folder is not found, so its record ids cannot be scanned "
+                                  f"for: {fix}")
+            other = RunLayout.at(path)
+            scan |= own if other.root.resolve() == src else _required_ids(other, _read_yaml(other.run_yaml),
+                                                                           str(kinds[role]))
+        if roles:
+            out[f"{folder}/"] = scan
+    return out
 
 
 def cohort_kind(layout: RunLayout, raw: dict[str, Any] | None) -> str:
@@ -173,15 +215,23 @@ def cohort_kind(layout: RunLayout, raw: dict[str, Any] | None) -> str:
 
 
 def _required_ids(layout: RunLayout, raw: dict[str, Any] | None, kind: str) -> set[bytes]:
-    """The ids the export scans a credentialed run for; refuses when none could be loaded (an empty scan passes
-    everything, e.g. for a partial copy of an s3:// run without manifest/)."""
-    ids = record_ids(layout, raw)
+    """The ids the export scans a credentialed run for: the full manifest's (plus quarantine and the dataset's record
+    list). Refuses when the manifest cannot be loaded: a partial id set (e.g. a quarantine list of one id, from a
+    partial copy of an s3:// run without manifest.parquet) would pass a table holding any other record's id."""
+    fix = ("Copy the run's manifest/ folder too (inside the credentialed environment), then export again")
+    if not layout.manifest.is_file():
+        raise ExportError(f"{layout.root} is a run of the credentialed cohort {kind!r}, but {layout.manifest} is "
+                          f"missing, so no record or subject ids can be loaded for the id scan. {fix}")
+    try:
+        ids = record_ids(layout, raw)
+    except ExportError:
+        raise
+    except Exception as err:  # a damaged parquet file, a table without the id columns
+        raise ExportError(f"{layout.manifest} of the credentialed cohort {kind!r} could not be read "
+                          f"({type(err).__name__}), so its record ids cannot be scanned for. {fix}") from None
     if not ids:
-        raise ExportError(
-            f"{layout.root} is a run of the credentialed cohort {kind!r}, but no record or subject ids could be "
-            f"loaded ({layout.manifest} is missing and no record_list.csv was found at cohort.root), so the id scan "
-            "cannot check the export. Copy the run's manifest/ folder too (inside the credentialed environment), or "
-            "make cohort.root in run.yaml point at the dataset, then export again")
+        raise ExportError(f"{layout.root} is a run of the credentialed cohort {kind!r}, but no record or subject ids "
+                          f"could be loaded from {layout.manifest}, so the id scan cannot check the export. {fix}")
     return ids
 
 
@@ -204,6 +254,8 @@ def record_ids(layout: RunLayout, raw: dict[str, Any] | None) -> set[bytes]:
         import pyarrow.parquet as pq
 
         names = pq.read_schema(layout.manifest).names
+        if not any(c in names for c in id_cols):
+            raise ExportError(f"{layout.manifest} has none of the id columns {', '.join(id_cols)}")
         table = pq.read_table(layout.manifest, columns=[c for c in id_cols if c in names])
         for col in table.column_names:
             add(table.column(col).to_pylist())

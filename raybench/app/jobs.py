@@ -83,17 +83,36 @@ def _is_loopback(host: str) -> bool:
     return bool(answers) and all(_is_loopback_ip(str(a[4][0]).split("%", 1)[0]) for a in answers)
 
 
+def client_target(address: str) -> tuple[str, str]:
+    """(scheme, host) the job client really connects to for `address`: Ray's client prefixes http:// to an address
+    without a scheme, drops trailing slashes and appends the endpoint, and `requests` (urllib3) parses the result;
+    so is it parsed here. `urllib.parse` would read `http://HOST:PORT\\@127.0.0.1:8265` as 127.0.0.1, where the
+    client connects to HOST:PORT. ("", "") when the client could not parse it either."""
+    import requests
+    from urllib3.util import parse_url
+
+    url = (address if "://" in address else f"http://{address}").rstrip("/")
+    try:
+        parts = parse_url(requests.Request("GET", f"{url}/api/version").prepare().url)
+    except (requests.exceptions.RequestException, ValueError):
+        return "", ""
+    return (parts.scheme or "").lower(), parts.host or ""
+
+
 def check_transport(address: str, token: str | None, allow_insecure: bool = False) -> None:
     """Refuse to send `token` in clear text: only https, or plain http to a literal loopback address (a
     port-forward). An address without a scheme (host:port) is reached over http too; `auto`/`local` are
-    refused too (where they lead is read from files at connect time), so name the dashboard's address."""
+    refused too (where they lead is read from files at connect time), so name the dashboard's address. The
+    address is judged as the HTTP client parses it (`client_target`), and must read the same way to urllib."""
     if not token or allow_insecure:
         return
     parts = urlsplit(address if "://" in address else f"http://{address}")
-    if address not in ("auto", "local") and (parts.scheme == "https" or _is_loopback(parts.hostname or "")):
+    scheme, host = client_target(address)
+    same = scheme == (parts.scheme or "").lower() and host.strip("[]") == (parts.hostname or "").strip("[]").lower()
+    if address not in ("auto", "local") and same and (scheme == "https" or _is_loopback(host)):
         return
     raise click.UsageError(
-        f"refusing to send the cluster token over plain {parts.scheme}:// to {parts.hostname or address}: anyone on "
+        f"refusing to send the cluster token over plain {scheme or parts.scheme}:// to {host or address}: anyone on "
         "the network path could read it and run code on the cluster (only https:// or a literal loopback address "
         "such as 127.0.0.1 or [::1] is trusted). Use an https:// address, or forward the "
         f"dashboard and use {DEFAULT_ADDRESS} (cluster/README.md); if this network is trusted, pass "

@@ -146,10 +146,18 @@ def _run_stages(cfg: RunConfig, stages: list[Stage], remote: str | None, layout:
                    "default); added models need no flag: only they are encoded and trained.")
 @click.option("--until", type=click.Choice([s.name for s in STAGES]), default=None,
               help="Stop after this stage (e.g. train on a cluster, analyze later); `raybench grid` again goes on.")
+@click.option("--trust-config-destinations", "trust_destinations", is_flag=True,
+              help="Accept a remote run_dir or a non-local resources.address from the --config file (refused "
+                   "otherwise; never for credentialed cohorts: give those on the command line).")
 def grid(config_path: str | None, run_dir: str | None, address: str | None, num_cpus: int | None,
-         allow_incomplete: bool, drop_model: bool, until: str | None) -> None:
+         allow_incomplete: bool, drop_model: bool, until: str | None, trust_destinations: bool = False) -> None:
     """Run the whole audit: cohort -> manifest -> encode -> train -> analyze -> report."""
     cfg = load_run_config(config_path)
+    if config_path is not None:  # where the data and the driver go: not chosen by a config file unasked
+        from raybench.core.destinations import check_destinations
+
+        check_destinations(cfg, f"--config {config_path}", run_dir_given=bool(run_dir), address_given=bool(address),
+                           trusted=trust_destinations)
     if run_dir:
         cfg = replace(cfg, run_dir=run_dir)
     if address or num_cpus:

@@ -4,7 +4,8 @@ A config may carry secrets inside URIs: `tracking.mlflow.uri: https://user:pass@
 signed query (`s3://bucket/run?access_key=...`). The run folder's own run.yaml keeps them (reruns need them), but
 every copy meant to be read by others goes through `redact_text` / `redact_config`, which drop a URI's userinfo
 (`user:pass@`), query string and fragment and keep scheme, host, port and path: enough to tell where a run
-logged, nothing to log in with.
+logged, nothing to log in with. A URI is split as RFC 3986 parses it (scheme, `//`, userinfo up to the last `@` of
+the authority, host, path, query, fragment), so every character RFC 3986 allows in userinfo is cut with it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ import html
 import re
 from typing import Any
 
-# scheme://rest, stopping at whitespace, quotes and angle brackets (YAML, JSON and HTML around it)
-_URI = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]*")
+# RFC 3986 userinfo: unreserved (ALPHA DIGIT - . _ ~), pct-encoded (%HH), sub-delims (! $ & ' ( ) * + , ; =) and ":";
+# also an unencoded @, ? or # that a password may hold. It ends at the last @ before the authority's end (a "/",
+# whitespace, a double quote, angle bracket or backtick), so a single quote inside a password stays in it.
+_USERINFO = r"(?:[^\s/\"<>`]*@)?"
+# the rest (host, port, path, query, fragment) stops at whitespace, double quotes, angle brackets, backticks, and at a
+# single quote that closes a quoted string (one followed by the end, whitespace or YAML/JSON/Python punctuation)
+_REST = r"(?:[^\s'\"<>`]|'(?![\s,;:)\]}'\"<>`]|$))*"
+_URI = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://" + _USERINFO + _REST)
 
 
 def redact_uri(uri: str) -> str:

@@ -259,16 +259,23 @@ def check_config_stamp(cfg: RunConfig, stamp: str | None, what: str) -> None:
         "new --run-dir")
 
 
-def stage_config(run_dir: str | None, config_path: str | None, *, demo_fallback: bool = True) -> RunConfig:
+def stage_config(run_dir: str | None, config_path: str | None, *, demo_fallback: bool = True,
+                 trust_destinations: bool = False) -> RunConfig:
     """The config a stage command (`encode`, `train`, `analyze`) works under.
 
     Without --config: the run folder's own run.yaml (written by `raybench grid` or the first stage command),
     else the embedded demo (or a usage error without `demo_fallback`). With --config: that file, refused when
-    its config hash differs from the run's recorded one. `run_dir` defaults to the config's run_dir.
+    its config hash differs from the run's recorded one. `run_dir` defaults to the config's run_dir; a remote one,
+    or a non-local resources.address, read from --config needs `trust_destinations` (raybench.core.destinations).
     """
     from raybench.core.config import demo_run
 
     given = load_run_config(config_path) if config_path else None
+    if given is not None:
+        from raybench.core.destinations import check_destinations
+
+        check_destinations(given, f"--config {config_path}", run_dir_given=run_dir is not None, address_given=False,
+                           trusted=trust_destinations)
     run_dir = run_dir or (given.run_dir if given is not None else demo_run().run_dir)
     recorded, stamp = (None, None) if "://" in run_dir else recorded_run_config(run_dir)
     if given is not None:

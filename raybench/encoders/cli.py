@@ -19,8 +19,12 @@ from raybench.core.config import MODELS
 @click.option("--num-gpus", type=float, default=None, help="GPU share per encoder actor, e.g. 0.25 (overrides config).")
 @click.option("--all-layers", is_flag=True, help="Store every layer, not only the audited depths.")
 @click.option("--quiet", is_flag=True, help="No progress bars or per-model lines.")
+@click.option("--trust-config-destinations", "trust_destinations", is_flag=True,
+              help="Accept a remote run_dir or a non-local resources.address from the --config file (refused "
+                   "otherwise; never for credentialed cohorts: give those on the command line).")
 def encode(run_dir: str | None, config_path: str | None, models: str | None, size: str | None,
-           batch_size: int | None, num_gpus: float | None, all_layers: bool, quiet: bool) -> None:
+           batch_size: int | None, num_gpus: float | None, all_layers: bool, quiet: bool,
+           trust_destinations: bool = False) -> None:
     """Run every model over the manifest with Ray Data and write one float32 store per model x layer.
 
     Complete stores (same manifest hash and encoder fingerprint) are skipped, so rerunning after an
@@ -29,14 +33,17 @@ def encode(run_dir: str | None, config_path: str | None, models: str | None, siz
     from raybench.core.run_state import stage_config, stamp_run
     from raybench.encoders.stage import check_encodable, encode_models, with_encoder_overrides
 
-    cfg = with_encoder_overrides(stage_config(run_dir, config_path), size=size, batch_size=batch_size,
-                                 num_gpus=num_gpus)
+    cfg = with_encoder_overrides(stage_config(run_dir, config_path, trust_destinations=trust_destinations),
+                                 size=size, batch_size=batch_size, num_gpus=num_gpus)
     names = [m.strip() for m in models.split(",") if m.strip()] if models else list(cfg.protocol.grid.models)
     if not names:
         raise click.BadParameter("is empty", param_hint="--models")
-    check_encodable(cfg)
-    what = f"--config {config_path}" if config_path else "the run's config"
-    stamp_run(cfg, f"{what} with --size {size}" if size else what)  # --size changes results: same check
-    for line in encode_models(cfg, names, all_layers=all_layers, progress=not quiet):
-        if not quiet:
-            click.echo(line)
+    from raybench.infra.run_lock import run_lock
+
+    with run_lock(cfg.run_dir, "encode"):  # one writer per run folder (raybench.infra.run_lock)
+        check_encodable(cfg)
+        what = f"--config {config_path}" if config_path else "the run's config"
+        stamp_run(cfg, f"{what} with --size {size}" if size else what)  # --size changes results: same check
+        for line in encode_models(cfg, names, all_layers=all_layers, progress=not quiet):
+            if not quiet:
+                click.echo(line)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -153,17 +154,62 @@ def node_type_potential(config: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def monitor_config_path(gcs_address: str) -> Path | None:
+def ray_monitor_scripts() -> list[Path]:
+    """The installed Ray's autoscaler monitors (ray/autoscaler/_private/monitor.py, and v2's), the scripts `ray
+    start` runs them as (ray._private.services.start_monitor)."""
+    import importlib.util
+
+    found = []
+    for module in ("ray.autoscaler._private.monitor", "ray.autoscaler.v2.monitor"):
+        try:
+            spec = importlib.util.find_spec(module)
+        except ImportError:
+            spec = None
+        if spec is not None and spec.origin:
+            found.append(Path(spec.origin))
+    return found
+
+
+def _runs_script(proc: Any, args: list[str], scripts: list[Path]) -> bool:
+    """Whether `proc` is a Python process of this user running one of `scripts` itself: the first argument after the
+    interpreter and its options is that file (not `-c`/`-m` code that merely names it), and the process is ours
+    (another user's process could name any config)."""
+    try:
+        if proc.uids().real != os.getuid():
+            return False
+    except Exception:
+        return False
+    rest = args[1:]
+    while rest and rest[0].startswith("-") and rest[0] not in ("-c", "-m"):
+        rest = rest[1:]
+    if not rest or rest[0].startswith("-"):
+        return False
+    path = Path(proc.info.get("cwd") or "/") / rest[0]
+    for script in scripts:
+        try:
+            if path.samefile(script):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def monitor_config_path(gcs_address: str, script: str | Path | None = None) -> Path | None:
     """The autoscaling config that the autoscaler (Ray's `monitor.py` process) of the cluster at `gcs_address`
     was started with, when it runs on this machine: the head of `ray up` (~/ray_bootstrap_config.yaml, resources
-    filled in) or of `ray start --autoscaling-config=...` (cluster/local.yaml), where the driver runs."""
+    filled in) or of `ray start --autoscaling-config=...` (cluster/local.yaml), where the driver runs. Only a
+    process of this user that runs Ray's own monitor script (`script`, default the installed one) counts: any
+    process can call itself monitor.py and name a config that claims GPUs the cluster lacks."""
     try:
         import psutil  # shipped inside ray (ray/thirdparty_files) when not installed
     except ImportError:
         return None
+    scripts = [Path(script)] if script is not None else ray_monitor_scripts()
+    if not scripts:
+        return None
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         args = proc.info.get("cmdline") or []
-        if not any(a.endswith("monitor.py") for a in args[:4]):
+        if not any(a.endswith("monitor.py") for a in args[:4]) or not _runs_script(proc, args, scripts):
             continue
         opts = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
         if opts.get("--gcs-address") == gcs_address and opts.get("--autoscaling-config"):
@@ -172,16 +218,25 @@ def monitor_config_path(gcs_address: str) -> Path | None:
     return None
 
 
-def read_autoscaling_config(gcs_address: str) -> dict[str, Any] | None:
-    """The config of `monitor_config_path(gcs_address)`, parsed; None when no such monitor runs on this machine."""
+def read_autoscaling_config(gcs_address: str, script: str | None = None) -> dict[str, Any] | None:
+    """The config of `monitor_config_path(gcs_address)`, parsed; None when no such monitor runs on this machine, or
+    its file is unreadable or no YAML mapping (logged: the GPU count then falls back to what runs now)."""
     import yaml  # a dependency of ray
 
-    path = monitor_config_path(gcs_address)
-    config = yaml.safe_load(path.read_text()) if path is not None else None
+    path = monitor_config_path(gcs_address, script)
+    if path is None:
+        return None
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        log.warning("[resources] the autoscaler's config %s is unreadable (%s); counting the GPUs running now",
+                    path, type(err).__name__)
+        return None
     return config if isinstance(config, dict) else None
 
 
 HEAD_READ_TIMEOUT_S = 60.0
+MONITOR_SCRIPT: str | None = None  # the monitor script to trust; None: the installed Ray's (tests: a stand-in)
 _HEAD_CONFIGS: dict[tuple[str, str], dict[str, Any] | None] = {}  # (GCS address, head node) -> its config
 
 
@@ -194,11 +249,12 @@ def head_autoscaling_config() -> dict[str, Any] | None:
     gcs = ray.get_runtime_context().gcs_address
     head = next((n["NodeID"] for n in ray.nodes() if n.get("Alive") and "node:__internal_head__" in n["Resources"]),
                 None)
+    script = MONITOR_SCRIPT  # None: the installed Ray's, found on the node that reads it
     if head is None or head == driver_node_id():
-        return read_autoscaling_config(gcs)
+        return read_autoscaling_config(gcs, script)
     if (gcs, head) not in _HEAD_CONFIGS:
         task = ray.remote(num_cpus=0, max_retries=0)(read_autoscaling_config)
-        ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote(gcs)
+        ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote(gcs, script)
         try:
             _HEAD_CONFIGS[(gcs, head)] = ray.get(ref, timeout=HEAD_READ_TIMEOUT_S)
         except Exception:
@@ -230,7 +286,12 @@ def autoscaler_potential() -> dict[str, float] | None:
         return None
     if config is None:
         return None
-    potential = node_type_potential(config)
+    try:
+        potential = node_type_potential(config)
+    except (AttributeError, TypeError, ValueError) as err:  # a YAML mapping that is no autoscaling config
+        log.warning("[resources] the autoscaler's config has no readable node types (%s: %s); counting the GPUs "
+                    "running now", type(err).__name__, err)
+        return None
     log.info("[resources] autoscaler node types (head's autoscaling config): %g GPU at most", potential.get("GPU", 0))
     return potential
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from raybench.infra.mirror_state import LocalFile, StorageError, is_md5, save_entries, tie
+from raybench.infra.s3_lease import check_lease
 
 MARKERS = ("index.json", "metrics.json", "summary.json", "report.html")
 
@@ -121,6 +122,8 @@ def sync_up(local: Path, uri: str, sub: str = "") -> int:
     A file is sent when its content differs from the object's: MD5 against the ETag, or against the
     record of the last sync (multipart ETags). A local file untouched since the last sync whose object was
     re-written since is the older copy and is not sent back. Markers are re-sent unless the object is newer.
+    Before each upload the run's lease is re-checked (raybench.infra.s3_lease.check_lease): a process that lost
+    it raises LeaseLost instead of writing beside the new holder.
     """
     if not is_remote(uri):
         return 0
@@ -129,6 +132,7 @@ def sync_up(local: Path, uri: str, sub: str = "") -> int:
     if not src.exists():
         return 0
     fs, root = _fs(uri)
+    check_lease(uri)  # tie may write the prefix's stamp
     state = tie(fs, root, uri, local, may_wipe=False)
     remote = _listing(fs, f"{root}/{sub}".rstrip("/"))
     known, updates = state["files"], {}
@@ -152,6 +156,7 @@ def sync_up(local: Path, uri: str, sub: str = "") -> int:
                     if path.name not in MARKERS:
                         continue
             lf.md5()
+            check_lease(uri)  # a holder that lost the run's lease (raybench.infra.s3_lease) stops here
             fs.put_file(str(path), dest)
             fs.invalidate_cache(dest)
             updates[rel] = lf.record(_etag(fs.info(dest)))

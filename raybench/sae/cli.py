@@ -13,13 +13,18 @@ import click
               "config's run_dir).")
 @click.option("--trial-gpus", type=float, default=None, help="GPU fraction per trial, e.g. 0.25 packs four per GPU.")
 @click.option("--max-concurrent", type=int, default=None, help="Cap on concurrent trials (0: as resources allow).")
-def train(config_path: str | None, run_dir: str | None, trial_gpus: float | None, max_concurrent: int | None) -> None:
+@click.option("--trust-config-destinations", "trust_destinations", is_flag=True,
+              help="Accept a remote run_dir or a non-local resources.address from the --config file (refused "
+                   "otherwise; never for credentialed cohorts: give those on the command line).")
+def train(config_path: str | None, run_dir: str | None, trial_gpus: float | None, max_concurrent: int | None,
+          trust_destinations: bool = False) -> None:
     """Train every missing cell of the config's grid (primary arm: models x depths x E x seeds; the fixed-k/N
     sensitivity arm) and write tables/cells.parquet."""
     from raybench.core.run_state import stage_config, stamp_run
     from raybench.sae.stage import check_trainable, train_run, with_trial_resources
 
-    cfg = with_trial_resources(stage_config(run_dir, config_path), trial_gpus, max_concurrent)
+    cfg = with_trial_resources(stage_config(run_dir, config_path, trust_destinations=trust_destinations), trial_gpus,
+                               max_concurrent)
     check_trainable(cfg)
     stamp_run(cfg, f"--config {config_path}" if config_path else "the run's config")
     table = train_run(cfg, verbose=1)

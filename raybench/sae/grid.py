@@ -101,6 +101,8 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
     from pyarrow import fs as pafs
     from ray import tune
 
+    from raybench.infra.s3_lease import lease_token
+
     res = cfg.resources
     storage_fs = None  # pyarrow filesystem for s3:// (pyarrow alone ignores AWS_ENDPOINT_URL)
     if remote_uri:
@@ -123,6 +125,7 @@ def _fit(cfg: RunConfig, layout: RunLayout, pending: dict[str, list[list[CellSpe
     param_space = {
         "run_root": str(layout.root.resolve()),
         "remote_uri": remote_uri,
+        "lease_token": lease_token(remote_uri) if remote_uri else None,  # trials re-check it before uploads
         "protocol": to_dict(cfg.protocol),
         "config_hash": cfg.config_hash(),
         "fail_once_dir": fail_once_dir,

@@ -40,7 +40,10 @@ def train_cells_trial(config: dict[str, Any]) -> None:
     protocol: Protocol = from_dict(Protocol, config["protocol"])
     stacks = [[CellSpec(**c) for c in stack] for stack in config["stacks"]]
     if remote:  # this node may not have the inputs (or other nodes' finished cells) yet
+        from raybench.infra.s3_lease import adopt_lease
         from raybench.infra.storage import sync_down
+
+        adopt_lease(remote, config.get("lease_token"))  # its uploads stop once the driver's lease is lost
 
         sync_down(remote, layout.root, "manifest")
         for cell in (c for stack in stacks for c in stack):

@@ -87,6 +87,10 @@ def _summary(fs, path: str) -> tuple[str, int] | None:
         entries = dict(meta["state"]["dict"])
         ids, state = entries["cell_ids"], dict(entries["state"]["dict"])
         step = state["step"]
+    except RecursionError:  # nested deeper than the parser goes: planted, never written by save_trial_state
+        log.warning("skipping %s: nested deeper than any state.json raybench writes (not a raybench checkpoint); "
+                    "delete it if you did not put it there", path)
+        return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not (isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids) and isinstance(step, int)):

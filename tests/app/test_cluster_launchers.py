@@ -9,6 +9,7 @@ this editable checkout.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -135,6 +136,7 @@ def test_launchers_install_raybench_only_from_the_checked_wheel(name):
     assert {"--no-index", "--no-deps"} <= set(args), f"{name}: the wheel is installed with --no-index --no-deps"
     assert command.index(f"sha256sum -c {SUMS}") < command.index("--no-index"), f"{name}: sums checked first"
     assert f"-r {REQUIREMENTS}" in command, f"{name}: the dependencies come from the shipped {REQUIREMENTS}"
+    assert f"--require-hashes -r {REQUIREMENTS}" in command, f"{name}: the dependencies are installed hash-checked"
     assert not any(re.match(r"(-i|--index-url|--extra-index-url|--find-links|-f)\b", a) for a in args)
 
 
@@ -186,13 +188,57 @@ def test_readme_walks_through_the_commands_the_launchers_run():
 # ---------------------------------------------------------------- `raybench cluster wheel`
 
 
+def fake_sha256(name: str, version: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{name}=={version}".encode()).hexdigest()
+
+
 @pytest.fixture(scope="module")
-def wheel_dir(tmp_path_factory) -> Path:
-    """A fresh `raybench cluster wheel` folder, built by the command line users run."""
+def fake_index() -> str:
+    """A package index on loopback answering the JSON simple API (PEP 691) for any project: one wheel of the
+    version installed here, with a made-up sha256 (nothing is downloaded from it)."""
+    import importlib.metadata
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from packaging.version import Version
+
+    class Index(BaseHTTPRequestHandler):
+        def do_GET(self):
+            name = self.path.strip("/").split("/")[-1]
+            try:
+                version = Version(importlib.metadata.version(name)).public
+            except importlib.metadata.PackageNotFoundError:
+                self.send_error(404)
+                return
+            files = [{"filename": f"{name.replace('-', '_')}-{version}-py3-none-any.whl",
+                      "hashes": {"sha256": fake_sha256(name, version)}},
+                     {"filename": f"{name}-0.0.1.tar.gz", "hashes": {"sha256": "0" * 64}}]  # another version
+            body = json.dumps({"name": name, "files": files}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/simple"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def wheel_dir(tmp_path_factory, fake_index) -> Path:
+    """A fresh `raybench cluster wheel` folder, built by the command line users run (hashes from fake_index)."""
     out = tmp_path_factory.mktemp("wheel") / "wheel"
     proc = subprocess.run([sys.executable, "-m", "raybench.app.cli", "cluster", "wheel", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PIP_INDEX_URL": fake_index})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    (out.parent / "stdout.txt").write_text(proc.stdout)
     return out
 
 
@@ -207,13 +253,60 @@ def test_cluster_wheel_writes_a_checked_wheel_and_its_dependencies(wheel_dir):
     assert check.returncode == 0 and check.stdout.count(": OK") == 2, check.stdout + check.stderr
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "raybench/app/cluster_cli.py" in names and not any("__pycache__" in n for n in names)
-    reqs = [ln for ln in (wheel_dir / REQUIREMENTS).read_text().splitlines() if ln and not ln.startswith("#")]
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    reqs = runtime_requirements(wheels[0])
     assert [_norm(r) for r in reqs] == [_norm(d.split("#")[0]) for d in deps]
-    assert not any(_names_raybench(r) for r in reqs)
     tracking = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["tracking"]
     with_tracking = runtime_requirements(wheels[0], ("tracking",))
     assert [_norm(r) for r in with_tracking[len(reqs):]] == [_norm(d.split("#")[0]) for d in tracking]
+
+
+def test_every_requirement_of_the_nodes_is_pinned_with_the_hashes_of_its_files(wheel_dir):
+    """Floors let each node resolve its own versions: every dependency (and theirs) is pinned to this machine's
+    version with the index's sha256 of its files, so `pip install --require-hashes` installs those or nothing."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    lines = [ln for ln in (wheel_dir / REQUIREMENTS).read_text().splitlines() if ln and not ln.startswith("#")]
+    pinned = {}
+    for line in lines:
+        spec, *hashes = line.split(" --hash=sha256:")
+        req = Requirement(spec)
+        (version,) = [s.version for s in req.specifier if s.operator == "=="]
+        assert hashes == [fake_sha256(req.name, version)], line  # the index's file of that version, no other
+        pinned[req.name] = version
+    assert not any(_names_raybench(r) for r in lines)
+    for dep in tomllib_deps():
+        req = Requirement(dep)
+        assert req.name in pinned and req.specifier.contains(pinned[req.name], prereleases=True), (dep, pinned)
+    assert pinned["torch"] == Version(importlib.metadata.version("torch")).public  # a local label (+cpu) dropped
+    assert {"numpy", "packaging", "pyarrow"} <= set(pinned), "dependencies of dependencies are pinned too"
+    wheel = next(wheel_dir.glob("*.whl"))
+    from raybench.core.atomic import file_sha256
+
+    printed = (wheel_dir.parent / "stdout.txt").read_text()
+    assert f"wheel sha256: {file_sha256(wheel)}  {wheel.name}" in printed
+
+
+def tomllib_deps() -> list[str]:
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [d.split("#")[0].strip() for d in deps]
+
+
+def test_a_dependency_the_index_does_not_offer_in_this_version_is_refused():
+    from packaging.version import Version
+
+    from raybench.app.cluster_lock import file_hashes
+    from raybench.core.errors import RaybenchError
+
+    page = {"files": [{"filename": "numpy-1.0.0-py3-none-any.whl", "hashes": {"sha256": "a" * 64}}]}
+    assert file_hashes("http://index", "numpy", Version("1.0.0"), lambda url: page) == ["a" * 64]
+    with pytest.raises(RaybenchError, match=r"offers no file of numpy==2\.0\.0"):
+        file_hashes("http://index", "numpy", Version("2.0.0"), lambda url: page)
 
 
 def _norm(req: str) -> str:

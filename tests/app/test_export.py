@@ -131,6 +131,7 @@ def test_a_comparison_with_another_run_is_exported_and_its_inputs_are_not(tmp_pa
     layout = _run(tmp_path / "run", "ptbxl", manifest=False)
     out = layout.root / "compare" / "other"
     write_table(out / "tables" / "leaders.parquet", pd.DataFrame({"metric": ["coverage"], "leader_a": ["csfm"]}))
+    write_table(out / "tables" / "runs.parquet", pd.DataFrame({"role": ["a", "b"], "cohort_kind": ["ptbxl", "synth"]}))
     write_text(out / "report.html", "<html><body>comparison</body></html>")
     (out / "figures").mkdir(parents=True)
     (out / "figures" / "compare.png").write_bytes(b"\x89PNG")
@@ -139,3 +140,70 @@ def test_a_comparison_with_another_run_is_exported_and_its_inputs_are_not(tmp_pa
     assert {"compare/other/report.html", "compare/other/tables/leaders.parquet", "compare/other/tables/leaders.csv",
             "compare/other/figures/compare.png"} <= copied
     assert "compare/other/patient_draws.npz" not in copied
+    (out / "tables" / "runs.parquet").unlink()  # then no telling whether run B is credentialed: refused
+    with pytest.raises(ExportError, match=r"runs\.parquet is unreadable .*whether compare/other compares a credent"):
+        export_run(layout.root, tmp_path / "out2")
+
+
+def test_a_credentialed_run_without_its_manifest_is_refused_even_with_a_quarantine_list(tmp_path):
+    """manifest.parquet missing, quarantine.csv holding one id: that partial id set would pass a table holding any
+    other record's id, so the export refuses instead of scanning against it."""
+    layout = _run(tmp_path / "run", "mimic", manifest=False)
+    layout.manifest_dir.mkdir()
+    write_json(layout.manifest_summary, {"cohort": "mimic", "records": 2})
+    pd.DataFrame({"ecg_id": [STUDY + 7], "reason": ["flat lead"]}).to_csv(layout.quarantine, index=False)
+    _plant_id(layout)  # STUDY: a record of the manifest, not of the quarantine list
+    with pytest.raises(ExportError, match=r"credentialed cohort 'mimic'.*manifest\.parquet is missing"):
+        export_run(layout.root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_credentialed_run_whose_manifest_cannot_be_read_is_refused(tmp_path):
+    layout = _run(tmp_path / "run", "mimic")
+    layout.manifest.write_bytes(b"PAR1 damaged")
+    with pytest.raises(ExportError, match=r"manifest\.parquet of the credentialed cohort 'mimic' could not be read"):
+        export_run(layout.root, tmp_path / "out")
+
+
+def _comparison(run_a: RunLayout, run_b: RunLayout | None, kind_b: str, leaders: str) -> Path:
+    """A `raybench compare` output in run A against run B (a credentialed one), as the command writes it."""
+    folder = run_a.root / "compare" / "other"
+    runs = pd.DataFrame({"role": ["a", "b"], "run": ["run", "other"], "cohort_kind": ["ptbxl", kind_b]})
+    write_table(folder / "tables" / "runs.parquet", runs)
+    (folder / "tables" / "leaders.csv").write_text(leaders)
+    if run_b is not None:
+        write_json(folder / "sources.json", {"a": str(run_a.root.resolve()), "b": str(run_b.root.resolve())})
+    return folder
+
+
+def test_the_comparison_of_an_open_run_with_a_credentialed_one_is_scanned_for_the_credentialed_ids(tmp_path):
+    run_a, run_b = _run(tmp_path / "run", "ptbxl"), _run(tmp_path / "other", "mimic")
+    _comparison(run_a, run_b, "mimic", f"metric,leader_a,note\ncoverage,csfm,record {STUDY}\n")
+    with pytest.raises(ExportError, match=r"ids of a credentialed cohort: compare/other/tables/leaders\.csv"):
+        export_run(run_a.root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+    (run_a.root / "compare" / "other" / "tables" / "leaders.csv").write_text("metric,leader_a\ncoverage,csfm\n")
+    clean = export_run(run_a.root, tmp_path / "clean")
+    assert clean.scanned_ids == 4 and "compare/other/tables/leaders.csv" in {f["path"] for f in clean.files}
+    assert not (tmp_path / "clean" / "compare" / "other" / "sources.json").exists(), "local paths stay home"
+
+
+def test_the_comparison_with_a_credentialed_run_that_cannot_be_found_is_refused(tmp_path):
+    run_a = _run(tmp_path / "run", "ptbxl")
+    _comparison(run_a, None, "mimic", "metric,leader_a\ncoverage,csfm\n")
+    with pytest.raises(ExportError, match=r"compare/other compares a run of the credentialed cohort 'mimic'"):
+        export_run(run_a.root, tmp_path / "out")
+    run_b = _run(tmp_path / "other", "mimic", manifest=False)  # found, but without its manifest: no ids
+    _comparison(run_a, run_b, "mimic", "metric,leader_a\ncoverage,csfm\n")
+    with pytest.raises(ExportError, match=r"credentialed cohort 'mimic'.*manifest\.parquet is missing"):
+        export_run(run_a.root, tmp_path / "out")
+
+
+def test_compared_runs_of_one_name_are_told_apart_without_their_paths(tmp_path):
+    from raybench.analysis.compare.cli import run_names
+
+    a, b = tmp_path / "site1" / "ptbxl", tmp_path / "site2" / "ptbxl"
+    names = run_names(a, b)
+    assert names == ("ptbxl (A)", "ptbxl (B)") and not any(str(tmp_path) in n or "/" in n for n in names)
+    assert run_names(tmp_path / "ptbxl", tmp_path / "mimic") == ("ptbxl", "mimic")

@@ -83,6 +83,16 @@ def test_only_literal_loopback_addresses_skip_the_plain_http_check(address):
         jobs.check_transport(address, "s3cret")
 
 
+@pytest.mark.parametrize("address", ["http://10.0.0.5:8265\\@127.0.0.1:8265", "http://evil.example\\@127.0.0.1:8265",
+                                     "10.0.0.5:8265\\@127.0.0.1:8265", "http://10.0.0.5:8265\\@[::1]:8265/"])
+def test_the_address_is_judged_as_the_http_client_connects_to_it(address):
+    """urllib reads the host after the last `@`, but the HTTP client (requests/urllib3) ends the authority at the
+    backslash and would connect to 10.0.0.5 or evil.example with the bearer token."""
+    with pytest.raises(click.UsageError, match="refusing to send the cluster token over plain http:// to (10|evil)"):
+        jobs.check_transport(address, "s3cret")
+    assert not jobs._is_loopback(jobs.client_target(address)[1])
+
+
 def test_localhost_passes_only_while_it_resolves_to_loopback(monkeypatch):
     import socket
 

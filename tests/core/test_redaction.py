@@ -41,3 +41,23 @@ def test_uri_secrets_are_exactly_what_redaction_cuts():
     secrets = uri_secrets("a: https://u:p&q@h/x?t=1&s=2#f\nb: s3://bucket/run\n")
     assert secrets == {b"u:p&q@", b"u:p&amp;q@", b"?t=1&s=2#f", b"?t=1&amp;s=2#f"}
     assert uri_secrets("s3://bucket/run file:///x") == set()
+
+
+RFC3986_USERINFO = "AZaz09-._~%41!$&'()*+,;=:"  # unreserved, pct-encoded, sub-delims and ":" (RFC 3986 §3.2.1)
+
+
+@pytest.mark.parametrize("password", ["pa'ss", "it's", RFC3986_USERINFO, "'", "p'@x"])
+def test_every_character_rfc_3986_allows_in_userinfo_is_cut_with_it(password):
+    uri = f"https://alice:{password}@mlflow.example.org/api"
+    assert redact_uri(uri) == "https://mlflow.example.org/api"
+    for text in (f"uri: {uri}\n", f"# logged to {uri} today\n", f'{{"uri": "{uri}"}}', f"<a href={uri}>x</a>"):
+        out = redact_text(text)
+        assert "alice" not in out and password not in out.replace("mlflow.example.org/api", ""), out
+        assert "https://mlflow.example.org/api" in out
+    assert f"alice:{password}@".encode() in uri_secrets(f"uri: {uri}\n")
+
+
+def test_a_single_quote_closing_a_quoted_string_is_not_part_of_the_uri():
+    text = "a: 's3://b/r?sig=1'\nb: ['http://u@h/x', 'y']\nc: {'k': 'https://h/p'}\n"
+    assert redact_text(text) == "a: 's3://b/r'\nb: ['http://h/x', 'y']\nc: {'k': 'https://h/p'}\n"
+    assert redact_text("q: s3://b/r?sig=ab'cd\n") == "q: s3://b/r\n"  # a quote inside the query is cut with it

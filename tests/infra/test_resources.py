@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -76,13 +78,17 @@ def test_node_types_count_each_worker_type_up_to_its_max_workers():
 
 
 class _Proc:
-    def __init__(self, *args: str):
-        self.info = {"cmdline": list(args)}
+    def __init__(self, *args: str, uid: int | None = None, cwd: str = "/"):
+        self.info = {"cmdline": list(args), "cwd": cwd}
+        self.uid = os.getuid() if uid is None else uid
+
+    def uids(self):
+        return SimpleNamespace(real=self.uid)
 
 
 def test_the_autoscaling_config_is_the_one_the_clusters_own_monitor_reads(monkeypatch, tmp_path):
     psutil = pytest.importorskip("psutil")
-    monitor = "/site-packages/ray/autoscaler/_private/monitor.py"
+    monitor = str(rr.ray_monitor_scripts()[0])
     procs = [_Proc("python3", "-u", monitor, "--gcs-address=10.0.0.9:6379", "--autoscaling-config=/other.yaml"),
              _Proc("python3", "-u", monitor, "--gcs-address=10.0.0.1:6379", f"--autoscaling-config={LOCAL_YAML}"),
              _Proc("python3", "train.py", "--gcs-address=10.0.0.1:6379", "--autoscaling-config=/not-a-monitor"),
@@ -90,6 +96,37 @@ def test_the_autoscaling_config_is_the_one_the_clusters_own_monitor_reads(monkey
     monkeypatch.setattr(psutil, "process_iter", lambda attrs=None: iter(procs))
     assert rr.monitor_config_path("10.0.0.1:6379") == LOCAL_YAML
     assert rr.monitor_config_path("10.0.0.2:6379") is None
+
+
+@pytest.mark.parametrize("fake", [
+    ("python3", "-c", "pass", "/tmp/x/ray/autoscaler/_private/monitor.py"),  # code that only names a monitor.py
+    ("python3", "-u", "/tmp/x/ray/autoscaler/_private/monitor.py"),  # another file called monitor.py
+    ("python3", "-c", "pass", "{monitor}"),  # naming Ray's own script is not running it
+    ("python3", "-u", "{monitor}", "uid"),  # Ray's script, but another user's process
+])
+def test_a_process_that_only_looks_like_rays_monitor_is_not_believed(monkeypatch, fake):
+    """A fake monitor's config gave 0.25 GPU per trial on a cluster without GPUs."""
+    psutil = pytest.importorskip("psutil")
+    monitor = str(rr.ray_monitor_scripts()[0])
+    args = [a.replace("{monitor}", monitor) for a in fake if a != "uid"]
+    proc = _Proc(*args, "--gcs-address=10.0.0.1:6379", f"--autoscaling-config={LOCAL_YAML}",
+                 uid=os.getuid() + 1 if "uid" in fake else None)
+    monkeypatch.setattr(psutil, "process_iter", lambda attrs=None: iter([proc]))
+    assert rr.monitor_config_path("10.0.0.1:6379") is None
+
+
+@pytest.mark.parametrize("text", ["available_node_types: [gpu, cpu]\n", "max_workers: {a: 1\n",
+                                  "available_node_types: {gpu: 3}\n",
+                                  "available_node_types: {gpu: {max_workers: lots, resources: {GPU: 1}}}\n"])
+def test_a_malformed_autoscaling_config_counts_the_gpus_running_now(monkeypatch, tmp_path, text):
+    from ray._private.state import state
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    monkeypatch.setattr(state, "get_max_resources_from_cluster_config", lambda: None)
+    monkeypatch.setattr(rr, "monitor_config_path", lambda address, script=None: bad)
+    monkeypatch.setattr(rr, "head_autoscaling_config", lambda: rr.read_autoscaling_config("x"))
+    assert rr.autoscaler_potential() is None
 
 
 def test_auto_counts_gpu_workers_the_autoscaler_starts_from_zero(ray_cluster, monkeypatch, tmp_path):
@@ -101,12 +138,12 @@ def test_auto_counts_gpu_workers_the_autoscaler_starts_from_zero(ray_cluster, mo
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1.0, "memory": 1e9})
     monkeypatch.setattr(state, "get_max_resources_from_cluster_config", lambda: None)
     gcs = ray.get_runtime_context().gcs_address
-    monkeypatch.setattr(rr, "monitor_config_path", lambda address: LOCAL_YAML if address == gcs else None)
+    monkeypatch.setattr(rr, "monitor_config_path", lambda address, script=None: LOCAL_YAML if address == gcs else None)
     res = ResourceConfig()
     assert rr.connected_inventory(res).count == 2.0
     assert rr.declared_gpus("auto", res) == 0.25
     assert 0 < rr.with_encoder_gpus(EncoderConfig(), _Enc(), (3,), tmp_path, res).num_gpus < 1
-    monkeypatch.setattr(rr, "monitor_config_path", lambda address: None)  # a driver off the head: nothing to read
+    monkeypatch.setattr(rr, "monitor_config_path", lambda address, script=None: None)  # off the head: nothing to read
     assert rr.declared_gpus("auto", res) == 0.0
 
 
@@ -128,8 +165,11 @@ def test_a_driver_off_the_head_reads_the_autoscaling_config_on_the_head(ray_clus
     (tmp_path / "cluster").mkdir()
     (tmp_path / "cluster" / "mine.yaml").write_text(yaml.safe_dump(config))
     gcs = ray.get_runtime_context().gcs_address
-    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
-                                "/ray/autoscaler/_private/monitor.py", f"--gcs-address={gcs}",
+    stand_in = tmp_path / "ray" / "autoscaler" / "_private" / "monitor.py"  # the installed one would autoscale
+    stand_in.parent.mkdir(parents=True)
+    stand_in.write_text("import time\ntime.sleep(120)\n")
+    monkeypatch.setattr(rr, "MONITOR_SCRIPT", str(stand_in))
+    monitor = subprocess.Popen([sys.executable, "-u", str(stand_in), f"--gcs-address={gcs}",
                                 "--autoscaling-config=cluster/mine.yaml"], cwd=tmp_path)
     try:
         assert rr.autoscaler_potential() == {"CPU": 7.0, "GPU": 3.0, "object_store_memory": 1.5e9}

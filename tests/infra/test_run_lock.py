@@ -128,8 +128,95 @@ def test_an_s3_prefix_in_use_refuses_while_its_lease_is_refreshed_and_is_taken_o
         stale = S3Lease(uri, "grid", lease_s=1.0, refresh_s=60)  # a driver that died: no refresh
         stale.acquire()
         stale._stop.set()
-        time.sleep(1.5)
+        time.sleep(2.5)  # past the lease by the store's clock, whose timestamps are whole seconds
         taker = S3Lease(uri, "train")
         taker.acquire()
         taker.release()
         stale.release()  # too late: the lease is no longer its own, nothing is deleted
+
+
+# ---------------------------------------------------------------- every writer takes the lock
+
+WRITERS = {  # command -> its arguments on the run folder R (O: a second run, for compare)
+    "analyze": ["analyze", "--run-dir", "R"],
+    "report": ["report", "--run-dir", "R"],
+    "encode": ["encode", "--run-dir", "R"],
+    "compare": ["compare", "R", "O"],
+    "features": ["features", "--run-dir", "R", "--model", "ecg_fm", "--concept", "qrs_duration"],
+    "provenance": ["provenance", "--run-dir", "R"],
+    "reliability": ["reliability", "--run-dir", "R"],
+}
+
+
+@pytest.fixture(scope="module")
+def live_pid():
+    """A live process of this host other than the test's: the holder a planted lock names."""
+    proc = subprocess.Popen(["sleep", "300"])
+    time.sleep(0.05)
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def _hold(run: Path, pid: int) -> None:
+    import datetime
+
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    (run / LOCK_NAME).write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "command": "grid",
+                                             "started": started, "token": "x"}))
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_every_command_that_writes_into_a_run_is_refused_while_another_holds_its_lock(tmp_path, live_pid, command):
+    from click.testing import CliRunner
+
+    from raybench.app.cli import main
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    run.mkdir()
+    other.mkdir()
+    _hold(run, live_pid)
+    args = [str(run) if a == "R" else str(other) if a == "O" else a for a in WRITERS[command]]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "in use by `raybench grid`" in result.output and f"pid {live_pid}" in result.output
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME], "nothing written while the lock is held"
+
+
+def test_a_command_writing_outside_every_run_takes_no_lock(tmp_path):
+    from raybench.infra.run_lock import run_holding
+
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    assert run_holding(run_a / "compare" / "b", (run_a, run_b)) == str(run_a)
+    assert run_holding(run_b / "x", (run_a, run_b)) == str(run_b)
+    assert run_holding(tmp_path / "elsewhere", (run_a, run_b)) is None
+    assert run_holding(tmp_path / "a-sibling", (run_a, "s3://bucket/a")) is None
+
+
+def test_two_processes_taking_over_one_empty_stale_lock_do_not_both_hold_it(tmp_path, monkeypatch):
+    """B judged the empty lock (a writer killed between create and write) stale; before B moves it aside, A takes
+    it over and creates its own lock, still empty. Content alike, so B must tell the files apart (inode, mtime)."""
+    from raybench.infra.run_lock import LocalLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / LOCK_NAME
+    lock.write_text("")
+    old = time.time() - 120
+    os.utime(lock, (old, old))  # stale: empty and older than a minute
+    real_rename = os.rename
+    raced = []
+
+    def rename(src, dst):
+        if not raced and Path(src) == lock:  # process A, between B's judgement and B's rename
+            lock.unlink()
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            raced.append(os.stat(lock).st_ino)
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(RunLocked, match="in use by an unreadable holder"):
+        LocalLock(run, "grid").acquire()
+    monkeypatch.undo()
+    assert raced and lock.exists() and os.stat(lock).st_ino == raced[0], "A's lock is back in place"
+    assert [p.name for p in run.iterdir()] == [LOCK_NAME], "nothing left aside"

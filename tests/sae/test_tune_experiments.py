@@ -43,3 +43,19 @@ def test_the_newest_checkpoint_of_each_stack_is_found_from_json_and_loaded_witho
     assert state["step"] == 20 and torch.equal(state["w"], torch.full((2,), 20.0))
     assert earlier_state(config, ids[:1]) is None  # another set of cells: not this checkpoint
     assert earlier_state({RESUME_KEY: {stack_key(other): str(half)}}, other) is None  # unreadable: step 0
+
+
+def test_a_deeply_nested_planted_state_json_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
+    """json.loads raises RecursionError (not a ValueError) on deep nesting: uncaught, it stopped every rerun."""
+    tune = tmp_path / "tune"
+    ids = ["csfm-a-s1"]
+    _checkpoint(tune / "grid-h" / "trial_0" / "checkpoint_000001", ids, 10)
+    planted = tune / "grid-h" / "trial_1" / "checkpoint_000009"
+    _checkpoint(planted, ["csfm-b-s1"], 1)
+    (planted / "state.json").write_text("[" * 200_000 + "]" * 200_000)
+    fs = pafs.LocalFileSystem()
+    with caplog.at_level("WARNING", logger="raybench.sae.tune_experiments"):
+        found = earlier_checkpoints(fs, experiment_dirs(fs, str(tune), "grid-h"))
+    assert found == {stack_key(ids): str(tune / "grid-h" / "trial_0" / "checkpoint_000001")}
+    assert f"skipping {planted / 'state.json'}: nested deeper" in caplog.text
+    assert earlier_state({RESUME_KEY: {stack_key(["csfm-b-s1"]): str(planted)}}, ["csfm-b-s1"]) is None

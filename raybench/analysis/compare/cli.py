@@ -8,9 +8,13 @@ differing fields named) before any statistics are read.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
+
+from raybench.core.symlinks import refuse_symlinks
+from raybench.infra.run_lock import locks_run, run_holding
 
 
 def default_out(run_a: Path, run_b: Path) -> Path:
@@ -18,10 +22,35 @@ def default_out(run_a: Path, run_b: Path) -> Path:
     return run_a / "compare" / run_b.resolve().name
 
 
+def _out_folder(params: dict) -> Path:
+    out = params.get("out")
+    return Path(out) if out is not None else default_out(Path(params["run_a"]), Path(params["run_b"]))
+
+
+def _written_run(params: dict) -> str | None:
+    """The run folder the comparison writes into (RUN_A by default; whichever run holds --out), for its lock."""
+    return run_holding(_out_folder(params), (params["run_a"], params["run_b"]))
+
+
+def _plain_out(params: dict) -> None:
+    """No symlink on the way from the run that holds the output folder to it, nor inside it (a planted
+    `compare/` link would send the tables and report into someone else's folder): guard of locks_run."""
+    run = _written_run(params)
+    if run is not None:
+        root = os.path.abspath(run)
+        refuse_symlinks(root, [os.path.relpath(os.path.abspath(_out_folder(params)), root)])
+
+
+SOURCES = "sources.json"
+"""<out>/sources.json: where the two runs lie on this machine, so `raybench export` can scan a comparison with a
+credentialed run for that run's record ids. Never exported (not on the export's allow-list)."""
+
+
 def run_names(run_a: Path, run_b: Path) -> tuple[str, str]:
-    """The runs' folder names, or their paths when the names are the same."""
+    """The runs' folder names, marked (A) and (B) when they are the same: never their paths, which name users and
+    machines in exported tables."""
     a, b = run_a.resolve().name, run_b.resolve().name
-    return (a, b) if a != b else (str(run_a), str(run_b))
+    return (a, b) if a != b else (f"{a} (A)", f"{b} (B)")
 
 
 def check_runs(root_a: Path, root_b: Path) -> None:
@@ -47,6 +76,7 @@ def check_runs(root_a: Path, root_b: Path) -> None:
               help="Patient-bootstrap draws per run (default: the smaller of the runs' inference.patient_draws).")
 @click.option("--seed", type=int, default=None, help="Seed of the comparison's draws (default 20260801).")
 @click.option("--num-workers", type=int, default=None, help="Parallel bootstrap tasks (default: what Ray has).")
+@locks_run("compare", _written_run, _plain_out)
 def compare(run_a: str, run_b: str, out: str | None, draws: int | None, seed: int | None,
             num_workers: int | None) -> None:
     """Compare two finished runs of one protocol (e.g. PTB-XL and MIMIC-IV-ECG): per metric whether each run's
@@ -86,6 +116,9 @@ def compare(run_a: str, run_b: str, out: str | None, draws: int | None, seed: in
     tables = compute(a, b, config)
     folder = Path(out) if out is not None else default_out(root_a, root_b)
     write_tables(tables, folder)
+    from raybench.core.atomic import write_json
+
+    write_json(folder / SOURCES, {"a": str(root_a.resolve()), "b": str(root_b.resolve())})
     figures = draw(tables, folder / "figures")
     report = write_report(tables, folder, figures)
     for r in tables["leaders"].itertuples():

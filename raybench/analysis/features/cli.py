@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from raybench.core.errors import RaybenchError
+from raybench.infra.run_lock import locks_run, run_holding
 
 
 class FeaturesOutError(RaybenchError):
@@ -44,6 +45,7 @@ def out_folder(run_dir: Path, out: str | None, credentialed: bool) -> Path:
 @click.option("--expansion", type=int, default=None, help="E of the cell (default: features.expansion, else 8).")
 @click.option("--depth", type=float, default=None, help="Relative depth q of the cell (default: 1.0, final layer).")
 @click.option("--seed", type=int, default=None, help="Seed of the cell (default: the lowest).")
+@locks_run("features", lambda p: run_holding(p["out"] or Path(p["run_dir"]) / "features", (p["run_dir"],)))
 def features(run_dir: str, model: str, concept: str, out: str | None, fmt: str, expansion: int | None,
              depth: float | None, seed: int | None) -> None:
     """Draw the dashboard of one concept's selected latent: top, median and zero-activation test records on ECG
