@@ -25,6 +25,8 @@ from raybench import __version__
 from raybench.app.cli import main
 from raybench.app.cluster_cli import REQUIREMENTS, SUMS, WHEEL_DIR, find_checkout, runtime_requirements
 from raybench.core.errors import USER_EXIT_CODE
+from tests.fake_index import fake_sha256
+from tests.fake_index import start as start_fake_index
 from tests.venvs import clean_env, make_venv, venv_site_packages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,46 +190,11 @@ def test_readme_walks_through_the_commands_the_launchers_run():
 # ---------------------------------------------------------------- `raybench cluster wheel`
 
 
-def fake_sha256(name: str, version: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(f"{name}=={version}".encode()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def fake_index() -> str:
-    """A package index on loopback answering the JSON simple API (PEP 691) for any project: one wheel of the
-    version installed here, with a made-up sha256 (nothing is downloaded from it)."""
-    import importlib.metadata
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from packaging.version import Version
-
-    class Index(BaseHTTPRequestHandler):
-        def do_GET(self):
-            name = self.path.strip("/").split("/")[-1]
-            try:
-                version = Version(importlib.metadata.version(name)).public
-            except importlib.metadata.PackageNotFoundError:
-                self.send_error(404)
-                return
-            files = [{"filename": f"{name.replace('-', '_')}-{version}-py3-none-any.whl",
-                      "hashes": {"sha256": fake_sha256(name, version)}},
-                     {"filename": f"{name}-0.0.1.tar.gz", "hashes": {"sha256": "0" * 64}}]  # another version
-            body = json.dumps({"name": name, "files": files}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/simple"
+    """A package index on loopback (tests/fake_index.py): `raybench cluster wheel` pins the hashes it serves."""
+    server, url = start_fake_index()
+    yield url
     server.shutdown()
 
 

@@ -185,6 +185,8 @@ mkdir -p "$T" && mount --bind /mnt "$T"
 mount -t tmpfs tmpfs /run && mkdir -p -m 755 /run/sshd
 mount --bind "$T/passwd" /etc/passwd
 "$(PATH=$PATH:/usr/sbin:/sbin command -v sshd)" -f "$T/sshd/sshd_config" -E "$T/sshd/sshd.log"
+python3 "$T/fake_index.py" 8999 &  # the package index `raybench cluster wheel` reads its pinned hashes from
+export PIP_INDEX_URL=http://127.0.0.1:8999/simple
 cd "$T/checkout"
 rc=0
 bash -e -x "$T/readme.sh" > "$T/readme.log" 2>&1 || rc=$?
@@ -226,6 +228,7 @@ def test_ray_up_submit_fetch_and_ray_down_on_an_onprem_cluster_over_ssh(tmp_path
     _head(tmp, user, laptop_home)
     (tmp / "readme.sh").write_text(readme_commands())
     (tmp / "ns.sh").write_text(NAMESPACE_SCRIPT)
+    shutil.copy(Path(__file__).resolve().parents[1] / "fake_index.py", tmp / "fake_index.py")
     env = {k: v for k, v in clean_env(laptop_venv).items() if not k.startswith(("RAY_", "RAYBENCH_"))}
     env.update(HOME=str(laptop_home), TMPDIR=str(tmp / "laptop-tmp"), RUN_DIR=run_dir)
     (tmp / "laptop-tmp").mkdir()
