@@ -23,7 +23,7 @@ from raybench.cohorts.waveform49.beats import Beats, ms
 
 QRS_SEARCH_MS = 160.0  # QRS onset/offset searched this far around the energy peak
 QRS_FRACTION = 0.06  # boundary: slope below this fraction of the QRS's steepest slope
-P_FRACTION, T_FRACTION = 0.08, 0.08  # boundary: magnitude below this fraction of the wave's peak
+P_FRACTION, T_FRACTION = 0.15, 0.08  # boundary: magnitude below this fraction of the wave's peak
 BASELINE_MS = (-24.0, -8.0)  # isoelectric window relative to QRS onset (the PR segment's end)
 ST_MS = 40.0  # ST level: J point + this (mean over +-4 ms); ST elevation: J point (mean over J..J+10 ms)
 P_MIN_UV = 25.0  # a P wave's magnitude must reach this ...
@@ -124,16 +124,16 @@ def _p_wave(b: Beats, y: np.ndarray, qrs_on: int, t_off: int | None, rr: float
     stop = qrs_on + ms(BASELINE_MS[0])
     start = qrs_on - ms(min(350.0, 0.7 * rr))
     if t_off is not None:  # not into the previous beat's T wave
-        start = max(start, qrs_on - ms(rr) + (t_off - qrs_on))
+        start = max(start, qrs_on - ms(rr) + (t_off - qrs_on) + ms(40.0))
     start = max(start, 0)
     if stop - start < ms(40.0):
         return None, None, None, math.nan
-    ys = uniform_filter1d(y, ms(SMOOTH_MS), axis=1)
-    mag = np.sqrt((ys ** 2).sum(0))
-    peak = int(start + np.argmax(mag[start:stop]))
     window = slice(start, stop)
-    own_base = b.beats[:, :, max(0, qrs_on + ms(BASELINE_MS[0])):qrs_on + ms(BASELINE_MS[1])].mean(2)
-    singles = uniform_filter1d(b.beats[:, :, window], ms(SMOOTH_MS), axis=2) - own_base[:, :, None]
+    ys = _detrended(uniform_filter1d(y[:, window], ms(SMOOTH_MS), axis=1))
+    mag = np.zeros(y.shape[1])
+    mag[window] = np.sqrt((ys ** 2).sum(0))
+    peak = int(start + np.argmax(mag[window]))
+    singles = _detrended(uniform_filter1d(b.beats[:, :, window], ms(SMOOTH_MS), axis=2))
     tpl = np.median(singles, axis=1)
     # per beat: cosine similarity of its P window with the template's (all leads at once); the median beat's
     dots = np.einsum("lbw,lw->b", singles, tpl)
@@ -143,5 +143,18 @@ def _p_wave(b: Beats, y: np.ndarray, qrs_on: int, t_off: int | None, rr: float
         return None, None, None, consistency
     level = P_FRACTION * float(mag[peak])
     on = _last_below(mag, level, start, peak)
-    off = _first_below(mag, level, peak, stop + ms(10.0))
-    return (start if on is None else on + 1), peak, (stop if off is None else off), consistency
+    on = max(start if on is None else on + 1, start + int(np.argmin(mag[start:peak])))  # not before the TP trough
+    off = _first_below(mag, level, peak, stop)
+    return on, peak, (stop if off is None else off), consistency
+
+
+def _detrended(x: np.ndarray) -> np.ndarray:
+    """x [..., W] (a P search window) minus the line from its first 10 ms to its last 10 ms (per lead and beat).
+
+    Why: the band-pass's 0.5 Hz high-pass leaves the TP segment after a large T wave off the PR level
+    (its slow recovery), which a P boundary threshold would read as P wave.
+    """
+    k = ms(10.0)
+    head, tail = x[..., :k].mean(-1, keepdims=True), x[..., -k:].mean(-1, keepdims=True)
+    frac = np.clip((np.arange(x.shape[-1]) - k / 2) / max(x.shape[-1] - k, 1), 0.0, 1.0)
+    return x - (head + (tail - head) * frac)
