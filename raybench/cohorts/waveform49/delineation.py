@@ -26,6 +26,7 @@ QRS_FRACTION = 0.06  # boundary: slope below this fraction of the QRS's steepest
 P_FRACTION, T_FRACTION = 0.15, 0.08  # boundary: magnitude below this fraction of the wave's peak
 BASELINE_MS = (-24.0, -8.0)  # isoelectric window relative to QRS onset (the PR segment's end)
 ST_MS = 40.0  # ST level: J point + this (mean over +-4 ms); ST elevation: J point (mean over J..J+10 ms)
+T_PEAK_MAX_MS, T_END_MAX_MS = 520.0, 650.0  # T peak / T end searched up to QRS onset + this x sqrt(RR in s)
 P_MIN_UV = 25.0  # a P wave's magnitude must reach this ...
 P_MIN_CONSISTENCY = 0.65  # ... and the median beat's P window must match the template's (cosine similarity)
 SMOOTH_MS = 20.0  # P and T are read on the template low-passed by a moving mean of this width
@@ -101,21 +102,31 @@ def delineate(b: Beats) -> Delineation:
 
 def _t_wave(y: np.ndarray, st: np.ndarray, qrs_on: int, qrs_off: int, rr: float
             ) -> tuple[int | None, int | None, int | None]:
-    """T onset, peak and end: peak of |y - ST level| after J + 40 ms, bounds where the magnitude fades."""
+    """T onset, peak and end: peak of |y - ST level| after J + 40 ms; bounds where the magnitude fades."""
     width = y.shape[1]
-    end = min(width, qrs_on + ms(min(650.0, max(rr - 120.0, 300.0))))
+    root_rr = math.sqrt(max(rr, 250.0) / 1000.0)  # QT scales with sqrt(RR): the windows do too (Bazett)
+    peak_end = min(width, qrs_on + ms(min(600.0, T_PEAK_MAX_MS * root_rr)))
+    end = min(width, qrs_on + ms(min(700.0, T_END_MAX_MS * root_rr)))
     start = qrs_off + ms(ST_MS)
-    if end - start < ms(60.0):
+    if peak_end - start < ms(40.0):
         return None, None, None
     ys = uniform_filter1d(y, ms(SMOOTH_MS), axis=1)
     rel = np.sqrt(((ys - st[:, None]) ** 2).sum(0))
-    peak = int(start + np.argmax(rel[start:end]))
+    peak = int(start + np.argmax(rel[start:peak_end]))
     mag = np.sqrt((ys ** 2).sum(0))
     if rel[peak] <= 0:
         return None, None, None
     on = _last_below(rel, T_FRACTION * float(rel[peak]), qrs_off, peak)
-    off = _first_below(mag, T_FRACTION * float(mag[peak]), peak, end)
-    return (qrs_off if on is None else on + 1), peak, off
+    return (qrs_off if on is None else on + 1), peak, _t_end(mag, peak, end)
+
+
+def _t_end(mag: np.ndarray, peak: int, end: int) -> int | None:
+    """T end: where the magnitude falls to T_FRACTION of the way from the level it settles at after the T
+    wave (its 10th percentile up to `end`) to its T peak; the settled level absorbs a small offset."""
+    if end - peak < 3:
+        return None
+    floor = float(np.percentile(mag[peak:end], 10))
+    return _first_below(mag, floor + T_FRACTION * (float(mag[peak]) - floor), peak, end)
 
 
 def _p_wave(b: Beats, y: np.ndarray, qrs_on: int, t_off: int | None, rr: float
