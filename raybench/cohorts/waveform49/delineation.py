@@ -27,6 +27,7 @@ P_FRACTION, T_FRACTION = 0.15, 0.08  # boundary: magnitude below this fraction o
 BASELINE_MS = (-24.0, -8.0)  # isoelectric window relative to QRS onset (the PR segment's end)
 ST_MS = 40.0  # ST level: J point + this (mean over +-4 ms); ST elevation: J point (mean over J..J+10 ms)
 T_PEAK_MAX_MS, T_END_MAX_MS = 520.0, 650.0  # T peak / T end searched up to QRS onset + this x sqrt(RR in s)
+P_HALF_MAX_MS = 120.0  # P onset / end searched at most this far from the P peak
 P_MIN_UV = 25.0  # a P wave's magnitude must reach this ...
 P_MIN_CONSISTENCY = 0.65  # ... and the median beat's P window must match the template's (cosine similarity)
 SMOOTH_MS = 20.0  # P and T are read on the template low-passed by a moving mean of this width
@@ -152,11 +153,15 @@ def _p_wave(b: Beats, y: np.ndarray, qrs_on: int, t_off: int | None, rr: float
     consistency = float(np.median(np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)))
     if mag[peak] * 1000.0 < P_MIN_UV or not consistency >= P_MIN_CONSISTENCY:
         return None, None, None, consistency
-    level = P_FRACTION * float(mag[peak])
-    on = _last_below(mag, level, start, peak)
-    on = max(start if on is None else on + 1, start + int(np.argmin(mag[start:peak])))  # not before the TP trough
-    off = _first_below(mag, level, peak, stop)
-    return on, peak, (stop if off is None else off), consistency
+    # the level before the P wave (TP segment: noise, atrial activity) is the floor the threshold starts from
+    tp = mag[start:max(start + 1, peak - ms(P_HALF_MAX_MS / 2))]
+    floor = float(np.median(tp)) if tp.size >= ms(10.0) else float(mag[start:peak + 1].min())
+    level = floor + P_FRACTION * (float(mag[peak]) - floor)
+    lo = max(start, peak - ms(P_HALF_MAX_MS))
+    on = _last_below(mag, level, lo, peak)
+    off = _first_below(mag, level, peak, min(stop, peak + ms(P_HALF_MAX_MS)))
+    return (lo if on is None else on + 1), peak, (min(stop, peak + ms(P_HALF_MAX_MS)) if off is None else off), \
+        consistency
 
 
 def _detrended(x: np.ndarray) -> np.ndarray:
