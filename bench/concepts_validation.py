@@ -126,9 +126,11 @@ def _statements(db: pd.DataFrame) -> list[set[str]]:
     return out
 
 
-def measure_real(folder: Path) -> tuple[pd.DataFrame, dict]:
-    """Every record of one PTB-XL folder: waveform49 + Sokolow-Lyon, and both seven-concept extractors."""
+def measure_real(folder: Path, limit: int | None = None) -> tuple[pd.DataFrame, dict]:
+    """Every record of one PTB-XL folder (the first `limit`): waveform49 + Sokolow-Lyon, both seven-concept
+    extractors."""
     db = pd.read_csv(folder / "ptbxl_database.csv")
+    db = db.head(limit) if limit else db
     rows, times = [], {"waveform49": 0.0, "refined": 0.0, "published": 0.0}
     v1, v5, v6 = LEADS.index("V1"), LEADS.index("V5"), LEADS.index("V6")
     for ecg_id, rel, stm in zip(db["ecg_id"], db["filename_hr"], _statements(db), strict=True):
@@ -193,6 +195,7 @@ def main() -> None:
     ap.add_argument("--real", type=Path, action="append", default=None,
                     help="PTB-XL folder(s) with statements (default $RAYBENCH_PTBXL_VALIDATION, else "
                          "../shared/ptbxl-validation)")
+    ap.add_argument("--real-records", type=int, default=None, help="only the first N records of each folder")
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cpus", type=int, default=2)
@@ -223,7 +226,7 @@ def main() -> None:
         if not (folder / "ptbxl_database.csv").exists():
             print(f"\n(b) real: {folder} absent; skipped")
             continue
-        measured, speed = measure_real(folder)
+        measured, speed = measure_real(folder, args.real_records)
         table = real_table(measured, args.boot, args.seed)
         print(f"\n(b) real: {len(measured)} records of {folder.name} vs the cardiologists' statements "
               f"(AUC [95% bootstrap interval, {args.boot} draws] n=positives/comparison)")
