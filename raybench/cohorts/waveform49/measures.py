@@ -19,9 +19,10 @@ import math
 
 import numpy as np
 
+from raybench.cohorts.extractor_rules import quiet
 from raybench.cohorts.panel import CONCEPTS, LEAD_GROUPS, concept_names, qrst_angle, signed_absmax
-from raybench.cohorts.waveform49.beats import FS, Beats
-from raybench.cohorts.waveform49.delineation import Delineation
+from raybench.cohorts.waveform49.beats import FS, Beats, record_beats
+from raybench.cohorts.waveform49.delineation import Delineation, delineate
 from raybench.cohorts.waveforms import LEADS
 
 DT_MS = 1000.0 / FS
@@ -130,3 +131,18 @@ def concepts49(b: Beats, d: Delineation) -> tuple[dict[str, float], dict[str, st
             g[name] = math.nan
             reasons.setdefault(name, "t_wave_not_delineated" if name.startswith(("t_", "qrst")) else "not_measurable")
     return {name: g[name] for name in concept_names()}, reasons
+
+
+def measure_signal49_reasons(signal: np.ndarray, fs: float) -> tuple[dict[str, float], dict[str, str]]:
+    """(the 49 concepts of one [12, T] mV signal, the reason of each NaN); ConceptError if unmeasurable."""
+    sig = np.asarray(signal, dtype=np.float64)
+    if sig.ndim != 2 or sig.shape[0] != 12:
+        raise ValueError(f"signal must be [12, T] in LEADS order, got shape {sig.shape}")
+    with quiet():
+        beats = record_beats(sig, float(fs))
+        return concepts49(beats, delineate(beats))
+
+
+def measure_signal49(signal: np.ndarray, fs: float) -> dict[str, float]:
+    """The 49 concepts of one [12, T] mV signal (NaN where unmeasurable; raybench.cohorts.waveform49 doc)."""
+    return measure_signal49_reasons(signal, fs)[0]

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from raybench.cohorts.panel import concept_names
-from raybench.cohorts.waveform49 import measure_signal49_reasons
+from raybench.cohorts.waveform49.measures import measure_signal49_reasons
 from raybench.cohorts.waveforms import RecordError, read_record
 
 Row = tuple[Any, str, float | None]
