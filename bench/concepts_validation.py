@@ -1,6 +1,6 @@
 """Check the waveform49 measurements against references no part of raybench's measurement wrote.
 
-    python bench/concepts_validation.py [--synth-records 1500] [--real ../shared/ptbxl-validation] [--boot 2000]
+    python bench/concepts_validation.py [--synth-records 1500] [--real PTBXL_FOLDER ...] [--boot 2000]
 
 (a) synthetic: each of the 49 concepts measured on a generated synthetic cohort (`raybench cohort synth`,
     as Ray tasks through the waveform49 manifest builder) against the generator's ground truth
@@ -38,7 +38,6 @@ from raybench.cohorts.waveform49.measures import concepts49, per_lead
 from raybench.cohorts.waveform_concepts import measure_signal
 from raybench.cohorts.waveforms import LEADS, read_record
 
-ROOT = Path(__file__).resolve().parents[1]
 GOAL_FAMILIES = ("RATE_RHYTHM", "INTERVAL", "AXIS", "AMPLITUDE")
 UNITS = {"RATE_RHYTHM": "bpm|ms|0/1", "INTERVAL": "ms", "AXIS": "deg", "AMPLITUDE": "uV|uV*ms", "ST_T": "uV|uV*ms|ms"}
 # (label, concept, positive statements, comparison, sign: +1 higher = positive, goal applies)
@@ -199,8 +198,7 @@ def main() -> None:
     ap.add_argument("--synth-records", type=int, default=1500)
     ap.add_argument("--synth-patients", type=int, default=500)
     ap.add_argument("--real", type=Path, action="append", default=None,
-                    help="PTB-XL folder(s) with statements (default $RAYBENCH_PTBXL_VALIDATION, else "
-                         "../shared/ptbxl-validation)")
+                    help="PTB-XL folder(s) with statements (default: $RAYBENCH_PTBXL_VALIDATION when set)")
     ap.add_argument("--real-records", type=int, default=None, help="only the first N records of each folder")
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
@@ -228,8 +226,10 @@ def main() -> None:
               f"{speed['records_per_s']:.0f} records/s (Ray tasks, {args.cpus} CPUs, incl. reading and the manifest; "
               f"Ray itself started in {speed['ray_start_s']:.1f} s before)")
         report["synth"], report["speed_manifest"] = table.to_dict("records"), speed
-    default = os.environ.get("RAYBENCH_PTBXL_VALIDATION", str(ROOT.parent / "shared" / "ptbxl-validation"))
-    for folder in args.real or [Path(default)]:
+    default = os.environ.get("RAYBENCH_PTBXL_VALIDATION")
+    if not args.real and not default:
+        print("\n(b) real: no PTB-XL folder given (--real DIR or RAYBENCH_PTBXL_VALIDATION); skipped")
+    for folder in args.real or ([Path(default)] if default else []):
         if not (folder / "ptbxl_database.csv").exists():
             print(f"\n(b) real: {folder} absent; skipped")
             continue
