@@ -4,8 +4,9 @@ Units are the PTB-XL+ tables' (the panel's): amplitudes in microvolts, areas in 
 intervals in ms, rates in beats/min, axes in degrees in (-180, 180]. Amplitudes are read on the median
 beat above the isoelectric level (the PR segment's end):
   P        the signed extreme between P onset and P end (0, with area 0, when no P wave is found)
-  Q, R, S  R = the largest positive value in the QRS (0 if none); Q / S = the most negative value before /
-           after the R peak (0 if none); QRS balance = Q + R + S; QRS area = net area onset -> J
+  Q, R, S  R peak = the QRS sample highest above the line from the QRS onset level to the J level; R = its
+           value (0 if negative); Q / S = the most negative value before / after it (0 if none);
+           QRS balance = Q + R + S; QRS area = net area onset -> J
   T        the signed extreme of (value - ST level) between T onset and T end, i.e. above the ST level
   ST       ST amplitude at J + 40 ms, ST elevation at the J point
 Frontal axes are the direction of the (lead I, lead II, lead III) projection fitted by least squares
@@ -51,9 +52,12 @@ def signed_extreme(y: np.ndarray, lo: int, hi: int) -> np.ndarray:
 def qrs_amplitudes(y: np.ndarray, on: int, off: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-lead Q, R, S (module doc), in y's unit."""
     seg = y[:, on:off + 1]
-    r_at = seg.argmax(1)
+    # the R peak stands highest above the line from the QRS onset level to the J level: a terminal ST elevation
+    # higher than a small r is then not taken for the R wave (which would turn the S into a Q)
+    frac = np.linspace(0.0, 1.0, seg.shape[1])[None, :]
+    r_at = (seg - (seg[:, :1] * (1.0 - frac) + seg[:, -1:] * frac)).argmax(1)
     cols = np.arange(seg.shape[1])[None, :]
-    r = np.maximum(seg.max(1), 0.0)
+    r = np.maximum(seg[np.arange(seg.shape[0]), r_at], 0.0)
     q = np.minimum(np.where(cols < r_at[:, None], seg, np.inf).min(1), 0.0)
     s = np.minimum(np.where(cols > r_at[:, None], seg, np.inf).min(1), 0.0)
     return q, r, s
