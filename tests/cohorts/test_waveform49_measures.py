@@ -38,6 +38,13 @@ def test_qrs_amplitudes_read_q_before_and_s_after_the_r_peak():
     np.testing.assert_allclose(s, [-0.4, -0.8, 0.0])
 
 
+def test_a_terminal_st_elevation_higher_than_a_small_r_is_not_the_r_wave():
+    # rS complex (r 0.1, S -1.2) ending in an ST elevation of 0.3 at the J point (V1 with anterior elevation)
+    y = np.array([[0.0, 0.05, 0.1, 0.05, -0.6, -1.2, -0.6, 0.1, 0.3]])
+    q, r, s = qrs_amplitudes(y, 0, 8)
+    assert (q[0], r[0], s[0]) == (0.0, 0.1, -1.2)
+
+
 def test_signed_extreme_keeps_the_sign_of_the_largest_deflection():
     y = np.array([[0.0, 0.2, -0.5, 0.1], [0.0, 0.3, -0.1, 0.0]])
     np.testing.assert_allclose(signed_extreme(y, 0, 3), [-0.5, 0.3])

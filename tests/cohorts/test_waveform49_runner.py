@@ -40,7 +40,8 @@ def _rows(names: list[str]) -> pd.DataFrame:
 
 def test_runner_measures_every_good_record_and_keeps_going_past_bad_ones(folder, ray_cluster):
     rows = _rows(["a", "flat", "b", "absent", "short", "c"])
-    values, failures, why = measure49(folder, rows, num_cpus=2, chunk_size=2)
+    values, failures, why, cpu_s = measure49(folder, rows, num_cpus=2, chunk_size=2)
+    assert cpu_s > 0
     assert list(values.columns) == concept_names() and values.index.tolist() == [1, 2, 3, 4, 5, 6]
     np.testing.assert_allclose(values.loc[[1, 3, 6], "hr_ventricular"], [60.0, 75.0, 90.0], atol=0.5)
     assert values.loc[[2, 4, 5]].isna().all().all()
@@ -59,6 +60,7 @@ def test_manifest_helper_writes_missing_counts_with_reasons(folder, ray_cluster)
     assert summary["waveform_concept_failures"] == {"count": 1, "reasons": {"flat_lead": 1}}
     assert summary["waveform49_missing"]["qt_interval"] == {"count": 1, "reasons": {"record:flat_lead": 1}}
     assert any("waveform49 could not measure 1 records" in n for n in notes)
+    assert summary["waveform49_cpu"]["records"] == 3 and summary["waveform49_cpu"]["records_per_cpu_s"] > 0
 
 
 def test_config_offers_waveform49_and_refuses_other_names():
