@@ -86,7 +86,7 @@ def test_what_is_planted_is_what_is_measured(changes):
     sig, truth = record(**changes)
     got = measure_signal49(sig, 500.0)
     assert got["qrs_duration"] == pytest.approx(truth["qrs_duration"], abs=8)
-    assert got["qrs_axis_front"] == pytest.approx(truth["qrs_axis_front"], abs=3.0)  # net area vs planted net amplitude
+    assert got["qrs_axis_front"] == pytest.approx(truth["qrs_axis_front"], abs=3.0)
     assert got["hr_ventricular"] == pytest.approx(truth["hr_ventricular"], abs=0.1)
     assert got["pr_interval"] == pytest.approx(truth["pr_interval"], abs=25)
     assert got["t_amp_precordial"] == pytest.approx(truth["t_amp_precordial"], rel=0.03)

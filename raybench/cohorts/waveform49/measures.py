@@ -10,7 +10,9 @@ beat above the isoelectric level (the PR segment's end):
   T        the signed extreme of (value - ST level) between T onset and T end, i.e. above the ST level
   ST       ST amplitude at J + 40 ms, ST elevation at the J point
 Frontal axes are the direction of the (lead I, lead II, lead III) projection fitted by least squares
-(hexaxial angles 0, 60, 120 degrees) to the QRS net area, the P area and the T amplitude. Then the
+(hexaxial angles 0, 60, 120 degrees) to the net QRS deflection (Q + R + S, the bedside method; it
+tracked the cardiologists' left-axis statements more closely than the net area did), the P area and the
+T amplitude. Then the
 panel's lead-group aggregations (`raybench.cohorts.panel`) apply unchanged.
 """
 
@@ -113,7 +115,7 @@ def concepts49(b: Beats, d: Delineation) -> tuple[dict[str, float], dict[str, st
     g["qtc_fridericia"] = g["qt_interval"] / rr_s ** (1.0 / 3.0)
     g["qtc_framingham"] = g["qt_interval"] + 154.0 * (1.0 - rr_s)
     lead = per_lead(b, d)
-    g["qrs_axis_front"] = frontal_axis(lead["QRS_Area"][_LIMB3])
+    g["qrs_axis_front"] = frontal_axis(lead["QRS_Balance"][_LIMB3])
     g["p_axis_front"] = frontal_axis(lead["P_AreaFull"][_LIMB3]) if p_found else math.nan
     g["t_axis_front"] = frontal_axis(lead["T_Amp"][_LIMB3])
     g["qrst_angle"] = float(qrst_angle(g["qrs_axis_front"], g["t_axis_front"]))
