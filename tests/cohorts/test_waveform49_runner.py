@@ -19,8 +19,9 @@ from raybench.core.config import CohortConfig, ConfigError
 from tests.cohorts.test_waveform_concepts import write_wfdb
 from tests.cohorts.waveform49_records import record
 
-# the 200-record PTB-XL validation folder with cardiologists' statements, where the machine has one
-VALIDATION = Path(os.environ.get("RAYBENCH_PTBXL_VALIDATION", "/nonexistent"))
+# the 200-record PTB-XL validation folder with cardiologists' statements beside the checkout, where there is one
+VALIDATION = Path(os.environ.get("RAYBENCH_PTBXL_VALIDATION") or
+                  Path(__file__).resolve().parents[3] / "shared" / "ptbxl-validation")
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def test_mimic_manifest_can_measure_the_49_concepts(ray_cluster, tmp_path):
 
 
 @pytest.mark.skipif(not (VALIDATION / "ptbxl_database.csv").exists(),
-                    reason="set RAYBENCH_PTBXL_VALIDATION to a PTB-XL folder")
+                    reason="no PTB-XL validation folder (RAYBENCH_PTBXL_VALIDATION)")
 def test_real_bundle_branch_blocks_measure_wide_and_normal_records_narrow():
     from raybench.cohorts.waveforms import read_record
 
