@@ -7,10 +7,11 @@ Rules, checked over every text file of raybench/, tests/, bench/, cluster/, note
 2. No path into this machine's workspace outside the checkout: `../shared`, `../scratch`, or an absolute
    `/work/...` path.
 3. Python code never climbs above the repository root with `Path(__file__)...parents[k]`, with one
-   exception: the lookup of the optional PTB-XL sample, which is test data, not a citation. It is allowed
-   only in the files of `SAMPLE_LOOKUPS`, only as `parents[k] / "shared"`, and only on the way to
-   `ptbxl-sample` (in the same expression, or through a variable every use of which continues with
-   `/ "ptbxl-sample"`). The tests that read it skip, or compare nothing, when the sample is absent.
+   exception: the lookup of the optional PTB-XL sample or validation records, which are test data, not a
+   citation. It is allowed only in the files of `SAMPLE_LOOKUPS`, only as `parents[k] / "shared"`, and only
+   on the way to `ptbxl-sample` or `ptbxl-validation` (in the same expression, or through a variable every
+   use of which continues with `/ "ptbxl-sample"`). The tests that read them skip, or compare nothing, when
+   the folder is absent.
 4. Every section cited as `docs/protocol.md §X` (or `docs/architecture.md §X`, including lists such as
    `§7 and §8.1` or `§8, §9.2`) is a numbered heading of that document.
 """
@@ -39,6 +40,8 @@ SAMPLE_LOOKUPS = {
     "tests/conftest.py": "PTB-XL sample folder of the `ptbxl_sample` fixture (skips when absent; "
                          "RAYBENCH_PTBXL_SAMPLE overrides it)",
     "tests/cohorts/test_synth.py": "PTB-XL sample header, compared with the synthetic columns only when present",
+    "tests/cohorts/test_waveform49_runner.py": "PTB-XL validation records (cardiologists' statements) for "
+                                               "waveform49, skipped when absent; RAYBENCH_PTBXL_VALIDATION overrides",
 }
 # rule 4
 CITATION = re.compile(r"docs/(protocol|architecture)\.md((?:(?:\s*,\s*|\s+and\s+|\s+)§\d+(?:\.\d+)*)+)")
@@ -98,7 +101,7 @@ def test_code_does_not_climb_above_the_repository():
                     bad.append(f"{rel}:{n}: {line.strip()}")
                     continue
                 rest = line[m.end():]
-                if re.match(r'\s*/\s*"shared"\s*/\s*"ptbxl-sample"', rest):
+                if re.match(r'\s*/\s*"shared"\s*/\s*"ptbxl-(?:sample|validation)"', rest):
                     continue
                 if not re.fullmatch(r'\s*/\s*"shared"\s*', rest):
                     bad.append(f"{rel}:{n}: {line.strip()}")

@@ -87,7 +87,7 @@ def manifest_run(cfg: RunConfig, remote: str | None = None) -> str:
         c = cfg.cohort
         build_mimic_manifest(Path(c.root), layout.manifest_dir, max_records=c.max_records,
                              concept_extractor=c.concept_extractor, record_pool=c.record_pool, admissions=c.admissions,
-                             rate_concept=c.rate_concept)
+                             rate_concept=c.rate_concept, concepts=c.concepts)
     else:
         build_ptbxl_manifest(cohort_root(cfg), layout.manifest_dir, sampling_rate=cfg.cohort.sampling_rate,
                              concepts=cfg.cohort.concepts)
