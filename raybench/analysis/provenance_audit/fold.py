@@ -99,8 +99,10 @@ def fold_stats(x: dict, u: dict, y: dict, pat: dict, meta: dict | None, k: int, 
     out.est["drop_exp"] = _est(b_pt.exp_aligned - b_pt.exp_reversed, b_b.exp_aligned - b_b.exp_reversed)
     out.est["drop_ctl"] = _est(b_pt.ctl_aligned - b_pt.ctl_reversed, b_b.ctl_aligned - b_b.ctl_reversed)
     out.info.update(auroc_exposed=float(b_pt.exp_observed[0]), auroc_control=float(b_pt.ctl_independent[0]),
-                    auroc_exposed_aligned=float(b_pt.exp_aligned[0]), auroc_exposed_reversed=float(b_pt.exp_reversed[0]),
-                    auroc_control_aligned=float(b_pt.ctl_aligned[0]), auroc_control_reversed=float(b_pt.ctl_reversed[0]))
+                    auroc_exposed_aligned=float(b_pt.exp_aligned[0]),
+                    auroc_exposed_reversed=float(b_pt.exp_reversed[0]),
+                    auroc_control_aligned=float(b_pt.ctl_aligned[0]),
+                    auroc_control_reversed=float(b_pt.ctl_reversed[0]))
     if meta is not None:
         _metadata(meta_features(meta), y, u, k, reg, base, cfg, out, gs)
     _intervene(x, y, u, k, heads, reg, base, (b_pt, b_b), probe.c, cfg, rng, out, gs)

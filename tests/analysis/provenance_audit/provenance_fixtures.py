@@ -122,3 +122,45 @@ def nested_inputs(n_patients: int = 4000, site_prevalence: tuple[float, float] =
                  {s: y[m] for s, m in by.items()}, {s: np.arange(n_patients)[m].astype(str) for s, m in by.items()},
                  {s: meta[m] for s, m in by.items()})
     return inp, {"device": {s: device[m] for s, m in by.items()}, "site": {s: site_name[m] for s, m in by.items()}}
+
+
+def age_confounded_inputs(n_patients: int = 3000, d: int = 16, seed: int = 0, meta: bool = True) -> Inputs:
+    """A pure age confound: older patients are recorded on device B (with overlap) and are less often NORM; the
+    ECG shows age (a direction scaled by standardized age) and the diagnosis, and no device artifact. Metadata
+    (`meta`): age, sex and recording year (sex and year noise). One record per patient, splits 60/20/20."""
+    rng = np.random.default_rng(seed)
+    age = rng.standard_normal(n_patients)
+    u = (age + 0.7 * rng.standard_normal(n_patients) > 0).astype(np.int64)
+    y = (rng.random(n_patients) < 1 / (1 + np.exp(2.0 * age))).astype(np.int64)
+    x = rng.standard_normal((n_patients, d))
+    x[:, 0] += 1.5 * y
+    x[:, 1] += 2.5 * age
+    x = x @ np.linalg.qr(rng.standard_normal((d, d)))[0]
+    m = np.column_stack([60 + 12 * age, rng.integers(0, 2, n_patients), rng.integers(1990, 2000, n_patients)])
+    split = np.array(SPLITS)[rng.choice(3, n_patients, p=[0.6, 0.2, 0.2])]
+    by = {s: split == s for s in SPLITS}
+    names = np.array(["A", "B"])
+    return Inputs({s: x[b] for s, b in by.items()}, {s: names[u[b]] for s, b in by.items()},
+                  {s: y[b] for s, b in by.items()}, {s: np.arange(n_patients)[b].astype(str) for s, b in by.items()},
+                  {s: m[b] for s, b in by.items()} if meta else None)
+
+
+def diagnosis_aligned_inputs(n_patients: int = 6000, assoc: float = 0.6, d: int = 4, seed: int = 0) -> Inputs:
+    """The device artifact lies along the diagnosis direction itself: device B shifts the one direction that also
+    carries the diagnosis, and P(y=1 | B) = (1 + assoc) / 2. Neither head can tell the two apart, so both lose
+    AUROC when the association reverses and neither loses more (few noise dimensions: the two heads agree
+    closely). Noise metadata; one record per patient."""
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 2, n_patients)
+    y = (rng.random(n_patients) < 0.5 + assoc / 2 * (2 * u - 1)).astype(np.int64)
+    x = rng.standard_normal((n_patients, d))
+    x[:, 0] += 1.5 * y + 1.5 * u
+    x = x @ np.linalg.qr(rng.standard_normal((d, d)))[0]
+    m = np.column_stack([rng.uniform(20, 90, n_patients), rng.integers(0, 2, n_patients),
+                         rng.integers(1990, 2000, n_patients)])
+    split = np.array(SPLITS)[rng.choice(3, n_patients, p=[0.6, 0.2, 0.2])]
+    by = {s: split == s for s in SPLITS}
+    names = np.array(["A", "B"])
+    return Inputs({s: x[b] for s, b in by.items()}, {s: names[u[b]] for s, b in by.items()},
+                  {s: y[b] for s, b in by.items()}, {s: np.arange(n_patients)[b].astype(str) for s, b in by.items()},
+                  {s: m[b] for s, b in by.items()})
