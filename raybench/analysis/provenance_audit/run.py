@@ -229,12 +229,29 @@ def blocks(root: Path, cfg: RunConfig) -> list[tuple[str, float, int, str | None
     return out
 
 
+def write_tables(tables_dir: Path, rows: dict[str, list[dict]]) -> dict[str, pd.DataFrame]:
+    """Every table, sorted by its keys; an empty one still carries its columns (KEYS + COLUMNS), so a reader sees
+    what it would hold."""
+    from raybench.core.atomic import write_table
+
+    tables = {}
+    for name in TABLES:
+        df = pd.DataFrame(rows.get(name, []))
+        if len(df):
+            df = df.sort_values([c for c in KEYS if c in df.columns], kind="stable").reset_index(drop=True)
+        else:
+            df = pd.DataFrame({c: pd.Series(dtype=object if c in ("model", "variable") else float)
+                               for c in (*KEYS, *COLUMNS[name])})
+        tables[name] = df
+        write_table(tables_dir / f"{name}.parquet", df)
+    return tables
+
+
 def run_provenance(root: str | Path, cfg: RunConfig) -> dict[str, pd.DataFrame]:
     """Audit every model x depth as Ray tasks and write the tables (figures: figures.py, drawn at render);
     returns the tables."""
     import ray
 
-    from raybench.core.atomic import write_table
     from raybench.core.paths import RunLayout
     from raybench.core.privacy import is_credentialed
     from raybench.infra.ray_session import init_ray
@@ -259,14 +276,6 @@ def run_provenance(root: str | Path, cfg: RunConfig) -> dict[str, pd.DataFrame]:
     for part in ray.get(refs):
         for name in TABLES:
             rows[name] += part[name]
-    tables = {name: pd.DataFrame(rows[name]) for name in TABLES}
-    for name, df in tables.items():
-        if len(df):
-            df = df.sort_values([c for c in KEYS if c in df.columns], kind="stable").reset_index(drop=True)
-        else:
-            df = pd.DataFrame({c: pd.Series(dtype=object if c in ("model", "variable") else float)
-                               for c in (*KEYS, *COLUMNS[name])})
-        tables[name] = df
-        write_table(layout.tables_dir / f"{name}.parquet", df)
+    tables = write_tables(layout.tables_dir, rows)
     log.info("provenance audit: %d blocks in %.1fs", len(todo), time.perf_counter() - t0)
     return tables
