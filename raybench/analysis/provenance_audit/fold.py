@@ -3,8 +3,9 @@ point value and its patient-bootstrap draws, so folds combine by averaging both 
 five patient-disjoint outer folds, each random control fold-averaged too).
 
 Keys of `FoldStats.est`: lpi, cond_auroc, g, ctl_adv (AUC_ctl - AUC_exp reversed), exp_adv (AUC_exp - AUC_ctl
-aligned), meta_auroc and g_meta (with metadata), and per rank p g_after_p, reduction_p, util_p (control head,
-independent regime, after - before), nat_p (exposed head, observed, after - before).
+aligned), drop_exp and drop_ctl (each head's AUROC aligned - reversed), meta_auroc and g_meta (with metadata), and
+per rank p g_after_p, reduction_p, util_p (control head, independent regime, after - before), nat_p (exposed head,
+observed, after - before). With strata (gs: the stratum of each group), every step works within them (audit.py).
 """
 
 from __future__ import annotations
