@@ -259,6 +259,7 @@ def run_audit(inp: Inputs, cfg: ProvenanceConfig, seed_key: tuple[int, ...] = ()
     odds, kappa, kappa_pair = _odds(comb, kept)
     verdict, reason = decide({g.name: g for g in gates}, removals.get(cfg.verdict_rank), cfg.epsilon, cfg.delta)
     verdict, reason = task_sensitivity(verdict, reason, drops, inp.variable, cfg.epsilon)
+    reason = reason.replace(gt.RECOVER_GATE, gt.label(gt.RECOVER_GATE, inp.variable))
     if support:
         verdict, reason = f"{verdict} [sensitivity analysis]", f"sensitivity analysis, {support}; {reason}"
     g_lo, g_hi = pr.interval(est["g"][1])
