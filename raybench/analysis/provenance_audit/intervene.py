@@ -30,6 +30,7 @@ import numpy as np
 from raybench.analysis.provenance_audit.probes import fit_logistic
 
 EIG_FLOOR = 1e-3  # eigenvalues below this fraction of the mean are raised to it
+GAMMA_MAX = 256.0  # the tilt's bracket: wide enough to single out a top eigenvalue barely above the next
 
 
 @dataclass(frozen=True)
@@ -132,17 +133,20 @@ def _tilted(form: RemovedVariance, space: np.ndarray, p: int, target: float, rng
     vals = np.maximum(vals, 1e-12 * max(float(vals.max()), 1e-12))
     g0 = vecs.T @ rng.standard_normal((space.shape[1], p))
 
+    logs = np.log(vals)
+
     def basis(gamma: float) -> np.ndarray:
-        scale = np.exp(gamma * (np.log(vals) - np.log(vals).max()))  # Lambda^g up to a constant, no overflow
+        # Lambda^g up to a constant (<= 1, so no overflow at either end of the bracket)
+        scale = np.exp(gamma * (logs - (logs.max() if gamma > 0 else logs.min())))
         q, _ = np.linalg.qr(vecs @ (scale[:, None] * g0))
         return space @ q
 
-    lo, hi = -8.0, 8.0
+    lo, hi = -GAMMA_MAX, GAMMA_MAX
     e_lo, e_hi = form(basis(lo)) - target, form(basis(hi)) - target
     if e_lo * e_hi > 0:
         return basis(lo if abs(e_lo) < abs(e_hi) else hi), False
     mid = 0.0
-    for _ in range(80):
+    for _ in range(100):
         mid = 0.5 * (lo + hi)
         e_mid = form(basis(mid)) - target
         if abs(e_mid) <= tol * max(abs(target), 1e-12):

@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from provenance_fixtures import planted_inputs
 
 from raybench.analysis.provenance_audit import groups as gp
@@ -84,3 +85,29 @@ def test_records_without_a_value_are_no_group():
     sel = gp.select_groups(values, None, np.zeros(5, dtype=np.int64), gp.Roles.of(None, (5, 0, 0)),
                            gp.Rule(0, 0, "NORM"))
     assert "nan" not in sel.groups and "" not in sel.groups and sel.notes["(no value)"] == "3 records without a value"
+
+
+@pytest.mark.slow  # builds the demo's synthetic cohort and manifest (about 10 s of CPU)
+def test_the_demo_cohorts_largest_device_is_audited_or_named_with_its_per_fold_cause(tmp_path):
+    from raybench.analysis.provenance_audit.audit import selection
+    from raybench.cohorts.diagnostics import COLUMN, target_labels
+    from raybench.cohorts.manifest import load_manifest
+    from raybench.cohorts.ptbxl import build_synth_manifest
+    from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.core.config import CohortConfig
+
+    demo = CohortConfig()  # `raybench grid`'s cohort: 1500 records, 500 patients
+    generate_synth_cohort(tmp_path / "cohort", demo.records, demo.patients, demo.seed)
+    build_synth_manifest(tmp_path / "cohort", tmp_path / "manifest", concepts="none")
+    man, _ = load_manifest(tmp_path / "manifest")
+    by = {s: man[man.split == s] for s in SPLITS}
+    u = {s: by[s].device.astype(str).to_numpy() for s in SPLITS}
+    pat = {s: by[s].patient_id.astype(str).to_numpy() for s in SPLITS}
+    inp = Inputs({s: np.zeros((len(u[s]), 1)) for s in SPLITS}, u,
+                 {s: target_labels(by[s][COLUMN].astype(str).to_numpy(), "NORM") for s in SPLITS}, pat)
+    cfg = ProvenanceConfig()
+    sel = selection(inp, outer_folds(pat, cfg.folds, cfg.seed), cfg)
+    largest = man[man.split == "train"].device.astype(str).value_counts().index[0]  # 332 train records
+    if sel.groups.get(largest) != largest:
+        assert re.match(r"\d+ (non-)?NORM records in (test fold \d|the training set of fold \d)|\d+ records in test "
+                        r"fold \d", sel.notes[largest]), sel.notes[largest]
