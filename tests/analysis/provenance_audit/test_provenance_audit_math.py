@@ -10,6 +10,7 @@ from sklearn.metrics import log_loss, roc_auc_score
 from raybench.analysis.provenance_audit import features as ft
 from raybench.analysis.provenance_audit import intervene as iv
 from raybench.analysis.provenance_audit import probes as pr
+from raybench.analysis.provenance_audit import regimes as rg
 from raybench.analysis.provenance_audit import stress as st
 
 # ---------------------------------------------------------------- Recover
@@ -219,3 +220,31 @@ def test_removed_variance_takes_the_diagnosis_class_means_out():
     assert iv.RemovedVariance.fit(z, y, np.eye(3))(axis) == pytest.approx(within, rel=1e-9)
     assert iv.RemovedVariance.fit(z, None, np.eye(3))(axis) == pytest.approx(np.mean(z[:, 0] ** 2), rel=1e-9)
     assert iv.RemovedVariance.fit(z, y, 2 * np.eye(3))(axis) == pytest.approx(4 * within, rel=1e-9)  # raw scale
+
+
+def test_stratified_regimes_change_the_device_association_within_each_site_only():
+    """Groups 0, 1 in site 0 and 2, 3 in site 1; the diagnosis is tied to the site. Each regime keeps every site's
+    share, its held-out marginals and so the y-site association, and raises each site's own odds ratio to e."""
+    rng = np.random.default_rng(12)
+    gs = np.array([0, 0, 1, 1])
+    u_tr, u_te = rng.integers(0, 4, 6000), rng.integers(0, 4, 2000)
+    p_y = lambda u: np.array([0.15, 0.35, 0.7, 0.8])[u]  # noqa: E731
+    y_tr, y_te = (rng.random(6000) < p_y(u_tr)).astype(int), (rng.random(2000) < p_y(u_te)).astype(int)
+    reg = st.Regimes.build(y_tr, u_tr, y_te, u_te, 4, (1.0, 0.0, -1.0), gs)
+    nat = rg.joint(y_tr, u_tr, 4)
+    assert set(reg.odds) == {(1, 0), (3, 2)}  # one pair per site, each against its site's first group
+    assert reg.odds[(1, 0)] == pytest.approx(rg.odds_ratio(nat, 1, 0))
+    assert reg.kappa == reg.odds[(1, 0)]  # the one furthest from 1 (0.35 vs 0.15 beats 0.8 vs 0.7)
+    obs = rg.joint(y_te, u_te, 4)
+    for e in (1.0, 0.0, -1.0):
+        q = rg.joint(y_te, u_te, 4, reg.weights(y_te, u_te, e))
+        for cols in ([0, 1], [2, 3]):
+            np.testing.assert_allclose(q[:, cols].sum(0), obs[:, cols].sum(0), atol=1e-12)  # group shares
+            np.testing.assert_allclose(q[:, cols].sum(1), obs[:, cols].sum(1), atol=1e-12)  # y within the site
+            a, b = cols
+            assert rg.odds_ratio(q, b, a) == pytest.approx(rg.odds_ratio(nat, b, a) ** e, rel=1e-9)
+    w = st.independence_weights(y_tr, u_tr, 4, gs)
+    q = rg.joint(y_tr, u_tr, 4, w)
+    for cols in ([0, 1], [2, 3]):  # independent within each site, the site's own prevalence kept
+        assert rg.odds_ratio(q, cols[1], cols[0]) == pytest.approx(1.0, rel=1e-9)
+        np.testing.assert_allclose(q[:, cols].sum(1), nat[:, cols].sum(1), atol=1e-12)
