@@ -70,7 +70,8 @@ def selection(inp: Inputs, fold_ids: dict[str, np.ndarray] | None, cfg: Provenan
                           np.char.add(np.char.add(strata, gp.STRATUM_SEP), values))
     roles = gp.Roles.of(None if fold_ids is None else _pooled(fold_ids), tuple(len(inp.y[s]) for s in SPLITS))
     rule = gp.Rule(cfg.min_group_records, cfg.min_cell_records, cfg.target)
-    return gp.select_groups(values, strata, _pooled(inp.y).astype(np.int64), roles, rule)
+    return gp.select_groups(values, strata, _pooled(inp.y).astype(np.int64), roles, rule,
+                            inp.variable.partition("|")[2] or "stratum")
 
 
 def _labels(inp: Inputs, s: str) -> np.ndarray:

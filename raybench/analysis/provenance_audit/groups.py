@@ -86,7 +86,7 @@ class Selection:
 
 
 def _select(values: np.ndarray, strata: np.ndarray | None, y: np.ndarray, roles: Roles,
-            rule: Rule) -> Selection:
+            rule: Rule, stratum_name: str) -> Selection:
     groups, notes, of_stratum = {}, {}, {}
     keys = [None] if strata is None else sorted(set(strata[~missing(values)]))
     for st in keys:
@@ -107,8 +107,8 @@ def _select(values: np.ndarray, strata: np.ndarray | None, y: np.ndarray, roles:
                 notes[g] += f", pooled into {other!r}"
         if st is not None and len(set(local.values())) < 2:
             for g in names:
-                notes[g] = (notes.get(g, "enough records") + f"; {st} holds {len(set(local.values()))} audited "
-                            "group(s), 2 needed within it")
+                notes[g] = (notes.get(g, "enough records") + f"; {stratum_name} {st} holds "
+                            f"{len(set(local.values()))} audited group(s), 2 needed within it")
             continue
         groups.update(local)
         of_stratum.update({grp: st for grp in local.values()})
@@ -116,14 +116,14 @@ def _select(values: np.ndarray, strata: np.ndarray | None, y: np.ndarray, roles:
 
 
 def select_groups(values: np.ndarray, strata: np.ndarray | None, y: np.ndarray, roles: Roles,
-                  rule: Rule) -> Selection:
+                  rule: Rule, stratum_name: str = "stratum") -> Selection:
     """The audited groups of pooled labels `values` (stratified labels already read stratum / value). When the
     held-out cell minimum leaves fewer than two groups, the grouping without it is returned, so the cell-support
     gate names the small cell (or the sensitivity analysis runs)."""
     values = np.where(missing(values), "", np.asarray(values).astype(str))
-    sel = _select(values, strata, y, roles, rule)
+    sel = _select(values, strata, y, roles, rule, stratum_name)
     if rule.min_cell and sel.n_groups < 2:
-        sel = _select(values, strata, y, roles, Rule(rule.min_records, 0, rule.target))
+        sel = _select(values, strata, y, roles, Rule(rule.min_records, 0, rule.target), stratum_name)
     n_missing = int((values == "").sum())
     if n_missing:
         sel.notes["(no value)"] = f"{n_missing} records without a value"

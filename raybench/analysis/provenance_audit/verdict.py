@@ -43,8 +43,8 @@ CONFOUNDED = "confounded with"
 MEANINGS = {
     NO_RELIANCE: "the exposed head loses no more AUROC than the control head when the association reverses (G "
                  "within +-epsilon); it does not say that neither head loses",
-    TASK_SENSITIVE: "beside no reliance: both heads lose AUROC beyond epsilon from aligned to reversed, so the task "
-                    "itself moves with the variable",
+    f"{NO_RELIANCE}; {TASK_SENSITIVE} u (both heads degrade)": "both heads lose AUROC beyond epsilon from aligned "
+                                                                "to reversed, so the task itself moves with u",
     CERTIFIED: "the exposed head relies on the variable, every validity gate passed, and removing the provenance "
                "component cuts G more than every matched random control at a utility cost within delta",
     REFUSED_CONTROLS: "reliance, but the targeted removal does not beat the matched random controls",
@@ -52,8 +52,8 @@ MEANINGS = {
     NOT_EXCLUDED: "G passes but the metadata comparator could not be run, so age, sex or recording year may "
                   "explain it; never certified",
     NOT_ATTRIBUTABLE: "G passes but a validity gate fails, so the excess loss cannot be put on the variable",
-    CONFOUNDED: "the pooled row reads reliance but the within-site (within-stratum) audit does not, so the site "
-                "explains it",
+    f"{CONFOUNDED} site": "the pooled row reads reliance but the within-site audit (device|site) does not, so the "
+                          "site explains it",
     NEGATIVE: "the exposed head gains when the association reverses (G interval below 0, past -epsilon)",
     INCONCLUSIVE: "the G interval neither lies within +-epsilon nor clears epsilon",
     NOT_AUDITED: "too few records or groups to audit, named in the reason",
