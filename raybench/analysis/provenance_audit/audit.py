@@ -112,10 +112,12 @@ def support_note(counts: np.ndarray, labels: list[str], minimum: int) -> str | N
     return None if n >= minimum else f"cell (y={yi}, u={labels[ui]}) has {n} held-out records (minimum {minimum})"
 
 
-def not_audited(reason: str, notes: dict[str, str] | None = None, fold_hash: str = "") -> AuditResult:
+def not_audited(reason: str, notes: dict[str, str] | None = None, fold_hash: str = "",
+                fold_ids: dict[str, np.ndarray] | None = None) -> AuditResult:
     note = "; ".join(f"{g}: {why}" for g, why in sorted((notes or {}).items()))
     return AuditResult(verdict={"verdict": NOT_AUDITED, "reason": reason + (f" (left out: {note})" if note else ""),
-                                "groups_dropped": len(notes or {}), "dropped": note, "fold_hash": fold_hash})
+                                "groups_dropped": len(notes or {}), "dropped": note, "fold_hash": fold_hash},
+                       fold_ids=fold_ids)
 
 
 def outer_folds(pat: dict[str, np.ndarray], n_folds: int, seed: int) -> dict[str, np.ndarray]:
@@ -214,25 +216,24 @@ def run_audit(inp: Inputs, cfg: ProvenanceConfig, seed_key: tuple[int, ...] = ()
     if n_groups < 2:
         need = f"{cfg.min_group_records} records and {gp.MIN_CLASS_RECORDS} of each target class in every fold"
         within = " within a stratum" if inp.strata is not None else ""
-        res = not_audited(f"too small to audit: {n_groups} provenance group(s){within} with {need}, 2 needed",
-                          sel.notes, fhash)
-        res.fold_ids = fold_ids
-        return res
+        return not_audited(f"too small to audit: {n_groups} provenance group(s){within} with {need}, 2 needed",
+                           sel.notes, fhash, fold_ids)
     kept, arrays, gs = _subset(inp, sel, fold_ids)
     if fold_ids is None:
         arrays["fid"] = None
     y = arrays["y"]
     if len(y["val"]) == 0 or np.unique(y["val"]).size < 2:
-        return not_audited("the validation split lacks a target class, so C cannot be chosen", sel.notes, fhash)
+        return not_audited("the validation split lacks a target class, so C cannot be chosen", sel.notes, fhash,
+                           fold_ids)
     k = len(kept)
     fid = arrays.pop("fid")
     folds = fold_splits(arrays, arrays["pat"], cfg.folds, cfg.seed, fid)
     support, smallest = _support(folds, kept, cfg.min_cell_records)
     if support and not cfg.cell_support_sensitivity:
-        return not_audited(support, sel.notes, fhash)
+        return not_audited(support, sel.notes, fhash, fold_ids)
     if any(np.any(rg.cell_counts(f["y"][s], f["u"][s], k) == 0) for f in folds for s in ("train", "val")):
         return not_audited("a train or validation (y, u) cell is empty: the natural odds ratio is undefined",
-                           sel.notes, fhash)
+                           sel.notes, fhash, fold_ids)
     rng = np.random.default_rng([cfg.seed, *seed_key])
     stats: list[FoldStats] = []
     for f in folds:
