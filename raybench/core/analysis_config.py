@@ -91,8 +91,9 @@ class ProvenanceConfig:
 
     enabled: bool = False
     """Run the audit as a step of `raybench analyze` / `grid` (`raybench provenance` runs it either way)."""
-    variables: tuple[str, ...] = ("device", "site")
-    """Provenance variables u audited, manifest columns (§12.1)."""
+    variables: tuple[str, ...] = ("device", "site", "device|site")
+    """Provenance variables u audited, manifest columns (§12.1): `a+b` audits (a, b) pairs as groups, `a|b` compares
+    the values of a within each value of b (a reliance of `a` then stands only when it holds within b)."""
     target: str = "NORM"
     """Diagnostic superclass of the target y: y = 1 when a record carries it, else 0 (§12.1)."""
     association_levels: tuple[float, ...] = (1.0, 0.5, 0.0, -0.5, -1.0)
@@ -130,10 +131,16 @@ class ProvenanceConfig:
     """A concept-selected latent is flagged only when its provenance LPI also reaches this many bits (§12.6)."""
     seed: int = 20261201
     """Seed of the bootstrap draws and the random controls."""
+    metadata_csv: str | None = None
+    """A CSV of age, sex, recording_year (or recording_date) keyed by ecg_id or patient_id: the metadata comparator
+    for any cohort (else PTB-XL's ptbxl_database.csv; without either the metadata gate is not evaluated, §12.1)."""
 
     def validate(self) -> None:
         if not self.variables or len(set(self.variables)) != len(self.variables):
             raise ConfigError(f"provenance.variables must name distinct manifest columns, got {self.variables}")
+        bad = [v for v in self.variables if v.count("|") > 1 or any(not p for p in v.replace("|", "+").split("+"))]
+        if bad:
+            raise ConfigError(f"provenance.variables {bad}: write a column, a+b (pairs) or a|b (a within b)")
         if self.target not in DIAGNOSTIC_SUPERCLASSES:
             raise not_a_choice("provenance.target", DIAGNOSTIC_SUPERCLASSES, self.target)
         levels = self.association_levels

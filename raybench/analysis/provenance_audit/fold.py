@@ -3,8 +3,9 @@ point value and its patient-bootstrap draws, so folds combine by averaging both 
 five patient-disjoint outer folds, each random control fold-averaged too).
 
 Keys of `FoldStats.est`: lpi, cond_auroc, g, ctl_adv (AUC_ctl - AUC_exp reversed), exp_adv (AUC_exp - AUC_ctl
-aligned), meta_auroc and g_meta (with metadata), and per rank p g_after_p, reduction_p, util_p (control head,
-independent regime, after - before), nat_p (exposed head, observed, after - before).
+aligned), drop_exp and drop_ctl (each head's AUROC aligned - reversed), meta_auroc and g_meta (with metadata), and
+per rank p g_after_p, reduction_p, util_p (control head, independent regime, after - before), nat_p (exposed head,
+observed, after - before). With strata (gs: the stratum of each group), every step works within them (audit.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.special import logsumexp
 
 from raybench.analysis.provenance_audit import gates as gt
 from raybench.analysis.provenance_audit import intervene as iv
@@ -29,6 +31,7 @@ class FoldStats:
     info: dict[str, float] = field(default_factory=dict)  # point-only descriptors (kappa, AUROCs, energies)
     curves: list[dict] = field(default_factory=list)
     controls: dict[int, list[dict]] = field(default_factory=dict)  # rank -> one row per control
+    odds: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (group, reference) -> natural ORs
 
 
 def _est(points: np.ndarray, draws: np.ndarray) -> Estimate:
@@ -45,9 +48,29 @@ def meta_features(meta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {s: np.where(np.isfinite(v), (v - mean) / std, 0.0) for s, v in meta.items()}
 
 
+def within_strata(logp: np.ndarray, classes: np.ndarray, u: np.ndarray, gs: np.ndarray | None) -> np.ndarray:
+    """A probe's log-probabilities renormalized over the groups of each record's own stratum (no strata: as is),
+    so a within-site probe earns nothing for telling the sites apart."""
+    if gs is None:
+        return logp
+    own = gs[np.asarray(classes)][None, :] == gs[np.asarray(u)][:, None]
+    masked = np.where(own, logp, -np.inf)
+    return masked - logsumexp(masked, axis=1, keepdims=True)
+
+
+def stratum_prior(u_tr: np.ndarray, classes: np.ndarray, gs: np.ndarray | None) -> np.ndarray:
+    """log P(group | its stratum) on train [K] (the prevalence-only predictor; no strata: log P(group))."""
+    prior = pr.prior_log_proba(u_tr, classes)
+    if gs is None:
+        return prior
+    st = gs[np.asarray(classes)]
+    return prior - np.array([logsumexp(prior[st == s_]) for s_ in st])
+
+
 def fold_stats(x: dict, u: dict, y: dict, pat: dict, meta: dict | None, k: int, cfg: ProvenanceConfig,
-               rng: np.random.Generator) -> FoldStats:
-    """Recover, Stress, Intervene and the controls on one train / val / test split (x standardized on train)."""
+               rng: np.random.Generator, gs: np.ndarray | None = None) -> FoldStats:
+    """Recover, Stress, Intervene and the controls on one train / val / test split (x standardized on train);
+    gs: the stratum of each group (None: no strata)."""
     out = FoldStats()
     yt, ut = y["test"], u["test"]
     base = rg.cell_bootstrap(pat["test"], yt, ut, k, cfg.draws, rng)
@@ -55,49 +78,55 @@ def fold_stats(x: dict, u: dict, y: dict, pat: dict, meta: dict | None, k: int, 
     # Recover
     probe = pr.calibrated_probe(x["train"], u["train"], x["val"], u["val"], cfg.c_grid)
     idx = pr.class_index(probe.classes, ut)
-    prior = pr.prior_log_proba(u["train"], probe.classes)
-    logp = probe.log_proba(x["test"])
+    prior = stratum_prior(u["train"], probe.classes, gs)
+    logp = within_strata(probe.log_proba(x["test"]), probe.classes, ut, gs)
     terms = pr.lpi_terms(logp, prior, idx)
     out.est["lpi"] = _est(terms.mean(keepdims=True), base @ terms / base.sum(1))
-    out.est["cond_auroc"] = _est(gt.conditional_auroc(logp, ut, yt, k, one), gt.conditional_auroc(logp, ut, yt, k,
-                                                                                                   base))
+    out.est["cond_auroc"] = _est(gt.conditional_auroc(logp, ut, yt, k, one, gs),
+                                 gt.conditional_auroc(logp, ut, yt, k, base, gs))
     out.info.update(prior_bits=pr.entropy_bits(prior, idx), accuracy=float((logp.argmax(1) == idx).mean()),
                     c=probe.c, temperature=probe.temperature, n_train=len(u["train"]), n_test=len(ut),
                     test_patients=len(np.unique(np.asarray(pat["test"]).astype(str))))
     # Stress
-    heads = st.fit_heads(x["train"], y["train"], u["train"], x["val"], y["val"], u["val"], k, cfg.c_grid)
+    heads = st.fit_heads(x["train"], y["train"], u["train"], x["val"], y["val"], u["val"], k, cfg.c_grid, gs)
     before = heads.scores(x["test"])
-    reg = st.Regimes.build(y["train"], u["train"], yt, ut, k, cfg.association_levels)
+    reg = st.Regimes.build(y["train"], u["train"], yt, ut, k, cfg.association_levels, gs)
+    out.odds = {pair: [v] for pair, v in reg.odds.items()}
     out.curves = [{"stage": "before", "rank": 0, **r} for r in st.curve(before, yt, ut, reg, cfg.association_levels)]
     b_pt, b_b = st.stress_aurocs(before, yt, ut, reg), st.stress_aurocs(before, yt, ut, reg, base)
     out.est["g"] = _est(b_pt.g, b_b.g)
     out.est["ctl_adv"] = _est(b_pt.ctl_reversed - b_pt.exp_reversed, b_b.ctl_reversed - b_b.exp_reversed)
     out.est["exp_adv"] = _est(b_pt.exp_aligned - b_pt.ctl_aligned, b_b.exp_aligned - b_b.ctl_aligned)
-    out.info.update(kappa=reg.kappa, auroc_exposed=float(b_pt.exp_observed[0]),
-                    auroc_control=float(b_pt.ctl_independent[0]))
+    out.est["drop_exp"] = _est(b_pt.exp_aligned - b_pt.exp_reversed, b_b.exp_aligned - b_b.exp_reversed)
+    out.est["drop_ctl"] = _est(b_pt.ctl_aligned - b_pt.ctl_reversed, b_b.ctl_aligned - b_b.ctl_reversed)
+    out.info.update(auroc_exposed=float(b_pt.exp_observed[0]), auroc_control=float(b_pt.ctl_independent[0]),
+                    auroc_exposed_aligned=float(b_pt.exp_aligned[0]),
+                    auroc_exposed_reversed=float(b_pt.exp_reversed[0]),
+                    auroc_control_aligned=float(b_pt.ctl_aligned[0]),
+                    auroc_control_reversed=float(b_pt.ctl_reversed[0]))
     if meta is not None:
-        _metadata(meta_features(meta), y, u, k, reg, base, cfg, out)
-    _intervene(x, y, u, k, heads, reg, base, (b_pt, b_b), probe.c, cfg, rng, out)
+        _metadata(meta_features(meta), y, u, k, reg, base, cfg, out, gs)
+    _intervene(x, y, u, k, heads, reg, base, (b_pt, b_b), probe.c, cfg, rng, out, gs)
     return out
 
 
 def _metadata(mf: dict, y: dict, u: dict, k: int, reg: st.Regimes, base: np.ndarray, cfg: ProvenanceConfig,
-              out: FoldStats) -> None:
+              out: FoldStats, gs: np.ndarray | None) -> None:
     """The metadata-only comparator: its conditional device recoverability (gate 5) and the G of heads fitted on
     the metadata alone (PhysioTRACE Table 18's comparator, reported beside the embedding's)."""
     yt, ut = y["test"], u["test"]
     probe = pr.calibrated_probe(mf["train"], u["train"], mf["val"], u["val"], cfg.c_grid)
-    logp = probe.log_proba(mf["test"])
-    out.est["meta_auroc"] = _est(gt.conditional_auroc(logp, ut, yt, k, np.ones((1, len(yt)))),
-                                 gt.conditional_auroc(logp, ut, yt, k, base))
-    heads = st.fit_heads(mf["train"], y["train"], u["train"], mf["val"], y["val"], u["val"], k, cfg.c_grid)
+    logp = within_strata(probe.log_proba(mf["test"]), probe.classes, ut, gs)
+    out.est["meta_auroc"] = _est(gt.conditional_auroc(logp, ut, yt, k, np.ones((1, len(yt))), gs),
+                                 gt.conditional_auroc(logp, ut, yt, k, base, gs))
+    heads = st.fit_heads(mf["train"], y["train"], u["train"], mf["val"], y["val"], u["val"], k, cfg.c_grid, gs)
     sc = heads.scores(mf["test"])
     out.est["g_meta"] = _est(st.stress_aurocs(sc, yt, ut, reg).g, st.stress_aurocs(sc, yt, ut, reg, base).g)
 
 
 def _intervene(x: dict, y: dict, u: dict, k: int, heads: st.Heads, reg: st.Regimes, base: np.ndarray,
                b0: tuple[st.StressAUROCs, st.StressAUROCs], c: float, cfg: ProvenanceConfig,
-               rng: np.random.Generator, out: FoldStats) -> None:
+               rng: np.random.Generator, out: FoldStats, gs: np.ndarray | None) -> None:
     """Every rank's removal and its matched random controls."""
     wh = iv.Whitener.fit(x["train"], y["train"])
     z_tr, z_te = wh(x["train"]), wh(x["test"])
@@ -110,15 +139,16 @@ def _intervene(x: dict, y: dict, u: dict, k: int, heads: st.Heads, reg: st.Regim
         return before[0] - delta[:, 0], before[1] - delta[:, 1]
 
     yt, ut = y["test"], u["test"]
-    energy = iv.EnergyForm.fit(z_tr, y["train"])
+    form = iv.RemovedVariance.fit(z_tr, y["train"], wh.w_inv)
     w_pt = np.vstack([reg.weights(yt, ut, 1.0), reg.weights(yt, ut, -1.0)])
     g0 = float(b0[0].g[0])
-    # rank of the stacked within-class probe weights: (K - 1) per class of y that holds two groups
-    max_rank = sum(1 for c_ in np.unique(y["train"]) if np.unique(u["train"][y["train"] == c_]).size >= 2) * (k - 1)
+    # rank of the stacked within-cell probe weights: (groups - 1) per class of y (and stratum)
+    cells = y["train"] if gs is None else y["train"] * (int(gs.max()) + 1) + gs[u["train"]]
+    max_rank = sum(np.unique(u["train"][cells == c_]).size - 1 for c_ in np.unique(cells))
     for p in cfg.ranks:
         if p > min(max_rank, x["train"].shape[1]):
             continue
-        basis = iv.provenance_subspace(z_tr, y["train"], u["train"], p, c)
+        basis = iv.provenance_subspace(z_tr, cells, u["train"], p, c)
         after = removed(basis)
         out.curves += [{"stage": f"removed_p{p}", "rank": p, **r} for r in st.curve(after, yt, ut, reg,
                                                                                      cfg.association_levels)]
@@ -128,15 +158,16 @@ def _intervene(x: dict, y: dict, u: dict, k: int, heads: st.Heads, reg: st.Regim
         out.est[f"util_p{p}"] = _est(a_pt.ctl_independent - b0[0].ctl_independent,
                                      a_b.ctl_independent - b0[1].ctl_independent)
         out.est[f"nat_p{p}"] = _est(a_pt.exp_observed - b0[0].exp_observed, a_b.exp_observed - b0[1].exp_observed)
-        out.info[f"removed_energy_p{p}"] = energy(basis)
-        bases, errors, cosines = iv.matched_random_subspaces(energy, basis, cfg.random_controls, rng)
+        out.info[f"removed_variance_p{p}"] = form(basis)
+        ctl = iv.matched_random_subspaces(form, basis, cfg.random_controls, rng)
         rows = []
-        for i, q in enumerate(bases):
+        for i, q in enumerate(ctl.bases):
             sc = removed(q)
             a_e, a_c = st.weighted_auroc(sc[0], yt, w_pt), st.weighted_auroc(sc[1], yt, w_pt)
             g_c = float((a_e[0] - a_e[1]) - (a_c[0] - a_c[1]))
             rows.append({"rank": p, "control": i, "g_after": g_c, "g_reduction": g0 - g_c,
-                         "energy_rel_error": float(errors[i]), "cos_u": float(cosines[i])})
+                         "removed_variance": float(ctl.variance[i]), "variance_rel_error": float(ctl.errors[i]),
+                         "cos_u": float(ctl.cosines[i]), "orthogonal": bool(ctl.orthogonal[i])})
         out.controls[p] = rows
 
 
@@ -148,6 +179,8 @@ def combine(folds: list[FoldStats]) -> FoldStats:
         if all(key in f.est for f in folds):
             out.est[key] = (float(np.mean([f.est[key][0] for f in folds])),
                             np.mean([f.est[key][1] for f in folds], axis=0))
+    for pair in folds[0].odds:
+        out.odds[pair] = [v for f in folds for v in f.odds.get(pair, [])]
     for key in folds[0].info:
         vals = [f.info[key] for f in folds if key in f.info]
         out.info[key] = float(np.sum(vals)) if key.startswith(("n_", "test_patients")) else float(np.mean(vals))
@@ -164,6 +197,8 @@ def combine(folds: list[FoldStats]) -> FoldStats:
         out.controls[p] = [{"rank": p, "control": i, "folds": len(folds),
                             "g_after": float(np.mean([r[i]["g_after"] for r in per])),
                             "g_reduction": float(np.mean([r[i]["g_reduction"] for r in per])),
-                            "energy_rel_error": float(max(r[i]["energy_rel_error"] for r in per)),
-                            "cos_u": float(max(r[i]["cos_u"] for r in per))} for i in range(len(rows))]
+                            "removed_variance": float(np.mean([r[i]["removed_variance"] for r in per])),
+                            "variance_rel_error": float(max(r[i]["variance_rel_error"] for r in per)),
+                            "cos_u": float(max(r[i]["cos_u"] for r in per)),
+                            "orthogonal": bool(all(r[i]["orthogonal"] for r in per))} for i in range(len(rows))]
     return out

@@ -87,17 +87,28 @@ def gates_from(est: dict[str, tuple[float, np.ndarray]], rank: int, epsilon: flo
     return out
 
 
-def conditional_auroc(scores: np.ndarray, u: np.ndarray, y: np.ndarray, k: int, base: np.ndarray) -> np.ndarray:
+def label(name: str, variable: str) -> str:
+    """A gate's name as the tables show it: the recoverability gate names the audited variable."""
+    if name != RECOVER_GATE:
+        return name
+    var, _, stratum = variable.partition("|")
+    return name.replace("device", var) + (f" within {stratum}" if stratum else "")
+
+
+def conditional_auroc(scores: np.ndarray, u: np.ndarray, y: np.ndarray, k: int, base: np.ndarray,
+                      gs: np.ndarray | None = None) -> np.ndarray:
     """Device-probe AUROC within the strata of y, per weight row of base [B, n] -> [B]. scores [n, k]: the probe's
     log-probability of each group; for each stratum and each group j (only j = 1 when k = 2) the AUROC of
-    scores[:, j] for u == j, averaged."""
-    scores = np.asarray(scores, dtype=np.float64)
+    scores[:, j] for u == j, averaged. gs (the stratum of each group): within each class of y and stratum, among
+    the records of j's stratum."""
+    scores, u = np.asarray(scores, dtype=np.float64), np.asarray(u)
     base = np.atleast_2d(base)
     vals = []
     for s in np.unique(y):
-        mask = (np.asarray(y) == s).astype(np.float64)
-        for j in ([1] if k == 2 else range(k)):
-            vals.append(weighted_auroc(scores[:, j], (np.asarray(u) == j).astype(np.int64), base * mask[None, :]))
+        in_y = np.asarray(y) == s
+        for j in ([1] if k == 2 and gs is None else range(k)):
+            mask = in_y if gs is None else in_y & (gs[u] == gs[j])
+            vals.append(weighted_auroc(scores[:, j], (u == j).astype(np.int64), base * mask[None, :]))
     return np.nanmean(np.vstack(vals), axis=0)
 
 

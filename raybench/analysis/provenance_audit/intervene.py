@@ -9,14 +9,16 @@ diagnosis - and U is the top-p right singular subspace of the stacked probe weig
 orthogonal projection off U in whitened space, mapped back: x' = x - (x - mu) W U U^T W^-1. Heads are not
 refitted.
 
-Random controls (docs/protocol.md §12.5): rank-p orthonormal subspaces of the whitened space drawn inside the
-orthogonal complement of U, so no control is the targeted direction (their largest principal cosine with U is
-reported and is 0 up to rounding), each matched to U in removed energy - the mean squared whitened norm of what is
-taken from a train record with the y-class means out, tr(Q^T C Q) with C the whitened within-class second
-moment (the identity up to the eigenvalue floor, so the tilt is small) - by a spectral tilt Q =
-orth(B V Lambda^g V^T G) of a Gaussian G within the complement B (V, Lambda: eigenvectors and eigenvalues of C
-there), g solved by bisection. Energy measured in raw coordinates instead would pull the controls onto U whenever
-provenance dominates the within-class variance (U is then the raw space's largest-energy direction).
+Random controls (docs/protocol.md §12.5): rank-p whitened projections matched to the targeted one in raw removed
+variance - the mean squared norm of x - x' over the train records (standardized embedding, each record's
+y-class mean out), tr[(Q^T C Q)(Q^T S Q)] with C the whitened within-class second moment and S = W^-1 W^-T the
+covariance the whitening inverts. In whitened coordinates every direction removes the same energy (C is the
+identity up to the eigenvalue floor), so matching there equates nothing; in raw coordinates a provenance direction
+often removes more than a random one. Each control is a Gaussian draw G tilted by the spectrum of S,
+Q = orth(B V Lambda^g V^T G) (V, Lambda: eigenvectors and eigenvalues of S within the space B drawn from), g found
+by bisection until the raw removed variance matches U's. B is the orthogonal complement of U when a subspace there
+can remove that much, else the whole space (where the control may lean on U: its principal cosine with U is
+reported, a description and not evidence).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 from raybench.analysis.provenance_audit.probes import fit_logistic
 
 EIG_FLOOR = 1e-3  # eigenvalues below this fraction of the mean are raised to it
+GAMMA_MAX = 256.0  # the tilt's bracket: wide enough to single out a top eigenvalue barely above the next
 
 
 @dataclass(frozen=True)
@@ -78,23 +81,25 @@ def remove(x: np.ndarray, wh: Whitener, u_basis: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class EnergyForm:
-    """Removed energy of an orthonormal basis Q of the whitened space: mean_i ||z_i Q||^2 = tr(Q^T C Q)."""
+class RemovedVariance:
+    """Raw removed variance of the whitened projection off an orthonormal basis Q of the whitened space:
+    mean_i ||x_i - x_i'||^2 = tr[(Q^T C Q)(Q^T S Q)] (the removed part of a record is z Q Q^T W^-1)."""
 
-    c: np.ndarray
+    c: np.ndarray  # whitened within-class second moment [d, d]
+    s: np.ndarray  # W^-1 W^-T [d, d]: the raw metric of a whitened direction
 
     @classmethod
-    def fit(cls, z_tr: np.ndarray, groups: np.ndarray | None = None) -> EnergyForm:
-        """groups: the classes of y, whose means are taken out first (the whitening's convention: the diagnosis'
-        own spread is not energy a control should be tilted towards)."""
+    def fit(cls, z_tr: np.ndarray, groups: np.ndarray | None, w_inv: np.ndarray) -> RemovedVariance:
+        """groups: the classes of y, whose means are taken out first (the diagnosis' own spread is not variance a
+        control should be drawn towards)."""
         z = np.asarray(z_tr, dtype=np.float64).copy()
         if groups is not None:
             for g in np.unique(groups):
                 z[groups == g] -= z[groups == g].mean(0)
-        return cls(z.T @ z / len(z))
+        return cls(z.T @ z / len(z), w_inv @ w_inv.T)
 
     def __call__(self, q: np.ndarray) -> float:
-        return float(np.trace(q.T @ self.c @ q))
+        return float(np.sum((q.T @ self.c @ q) * (q.T @ self.s @ q)))
 
 
 def complement(u_basis: np.ndarray) -> np.ndarray:
@@ -109,41 +114,65 @@ def max_cosine(u_basis: np.ndarray, q: np.ndarray) -> float:
     return float(np.linalg.svd(u_basis.T @ q, compute_uv=False).max())
 
 
-def matched_random_subspaces(energy: EnergyForm, u_basis: np.ndarray, r: int, rng: np.random.Generator,
-                             tol: float = 1e-3) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """R random orthonormal [d, p] bases orthogonal to U whose removed energy matches U's. Returns the bases,
-    the relative energy error of each (0 up to `tol` when the bisection bracketed U's energy, else the closest
-    end's) and each one's largest principal cosine with U."""
-    p = u_basis.shape[1]
-    target = energy(u_basis)
-    b = complement(u_basis)
-    vals, vecs = np.linalg.eigh(b.T @ energy.c @ b)
-    vals = np.maximum(vals, 1e-12)
-    out, errors, cosines = [], [], []
-    for _ in range(r):
-        g0 = vecs.T @ rng.standard_normal((b.shape[1], p))
+@dataclass(frozen=True)
+class Controls:
+    """Matched random controls: the bases, each one's relative mismatch in raw removed variance, its removed
+    variance, its largest principal cosine with U, and whether it was drawn in U's orthogonal complement."""
 
-        def basis(gamma: float, g0: np.ndarray = g0) -> np.ndarray:
-            q, _ = np.linalg.qr(vecs @ (vals[:, None] ** gamma * g0))
-            return b @ q
+    bases: list[np.ndarray]
+    errors: np.ndarray
+    variance: np.ndarray
+    cosines: np.ndarray
+    orthogonal: np.ndarray
 
-        lo, hi = -8.0, 8.0
-        e_lo, e_hi = energy(basis(lo)) - target, energy(basis(hi)) - target
-        if e_lo * e_hi > 0:  # not bracketed: keep the closer end
-            q = basis(lo if abs(e_lo) < abs(e_hi) else hi)
+
+def _tilted(form: RemovedVariance, space: np.ndarray, p: int, target: float, rng: np.random.Generator,
+            tol: float) -> tuple[np.ndarray, bool]:
+    """One basis of span(space) tilted towards S until its removed variance is `target`; (basis, bracketed)."""
+    vals, vecs = np.linalg.eigh(space.T @ form.s @ space)
+    vals = np.maximum(vals, 1e-12 * max(float(vals.max()), 1e-12))
+    g0 = vecs.T @ rng.standard_normal((space.shape[1], p))
+
+    logs = np.log(vals)
+
+    def basis(gamma: float) -> np.ndarray:
+        # Lambda^g up to a constant (<= 1, so no overflow at either end of the bracket)
+        scale = np.exp(gamma * (logs - (logs.max() if gamma > 0 else logs.min())))
+        q, _ = np.linalg.qr(vecs @ (scale[:, None] * g0))
+        return space @ q
+
+    lo, hi = -GAMMA_MAX, GAMMA_MAX
+    e_lo, e_hi = form(basis(lo)) - target, form(basis(hi)) - target
+    if e_lo * e_hi > 0:
+        return basis(lo if abs(e_lo) < abs(e_hi) else hi), False
+    mid = 0.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        e_mid = form(basis(mid)) - target
+        if abs(e_mid) <= tol * max(abs(target), 1e-12):
+            break
+        if (e_mid < 0) == (e_lo < 0):
+            lo, e_lo = mid, e_mid
         else:
-            mid = 0.0
-            for _ in range(60):
-                mid = 0.5 * (lo + hi)
-                e_mid = energy(basis(mid)) - target
-                if abs(e_mid) <= tol * max(abs(target), 1e-12):
-                    break
-                if (e_mid < 0) == (e_lo < 0):
-                    lo, e_lo = mid, e_mid
-                else:
-                    hi = mid
-            q = basis(mid)
+            hi = mid
+    return basis(mid), True
+
+
+def matched_random_subspaces(form: RemovedVariance, u_basis: np.ndarray, r: int, rng: np.random.Generator,
+                             tol: float = 1e-3) -> Controls:
+    """R random orthonormal [d, p] bases whose raw removed variance matches U's: drawn in U's orthogonal
+    complement when a draw there brackets it, else in the whole space."""
+    p = u_basis.shape[1]
+    target = form(u_basis)
+    comp = complement(u_basis)
+    full = np.eye(u_basis.shape[0])
+    out, orth = [], []
+    for _ in range(r):
+        q, ok = _tilted(form, comp, p, target, rng, tol) if comp.shape[1] >= p else (None, False)
+        if not ok:
+            q, _ = _tilted(form, full, p, target, rng, tol)
         out.append(q)
-        errors.append(abs(energy(q) - target) / max(abs(target), 1e-12))
-        cosines.append(max_cosine(u_basis, q))
-    return out, np.asarray(errors), np.asarray(cosines)
+        orth.append(ok)
+    var = np.array([form(q) for q in out])
+    return Controls(out, np.abs(var - target) / max(abs(target), 1e-12), var,
+                    np.array([max_cosine(u_basis, q) for q in out]), np.array(orth, dtype=bool))

@@ -66,11 +66,12 @@ def _score(head: Probe, x: np.ndarray) -> np.ndarray:
 
 
 def fit_heads(x_tr: np.ndarray, y_tr: np.ndarray, u_tr: np.ndarray, x_val: np.ndarray, y_val: np.ndarray,
-              u_val: np.ndarray, k: int, c_grid: tuple[float, ...]) -> Heads:
-    """Exposed head (train as it is) and control head (train reweighted to y independent of u); each keeps the
-    C with the lowest validation cross-entropy under its own training distribution (observed, independent)."""
-    w_ind_tr = independence_weights(y_tr, u_tr, k)
-    w_ind_val = independence_weights(y_val, u_val, k)
+              u_val: np.ndarray, k: int, c_grid: tuple[float, ...], gs: np.ndarray | None = None) -> Heads:
+    """Exposed head (train as it is) and control head (train reweighted to y independent of u, within each
+    stratum when gs gives the groups' strata); each keeps the C with the lowest validation cross-entropy under its
+    own training distribution (observed, independent)."""
+    w_ind_tr = independence_weights(y_tr, u_tr, k, gs)
+    w_ind_val = independence_weights(y_val, u_val, k, gs)
     heads = []
     for w_tr, w_val in ((None, None), (w_ind_tr, w_ind_val)):
         best: tuple[float, Probe] | None = None
@@ -84,29 +85,51 @@ def fit_heads(x_tr: np.ndarray, y_tr: np.ndarray, u_tr: np.ndarray, x_val: np.nd
     return Heads(*heads)
 
 
-def independence_weights(y: np.ndarray, u: np.ndarray, k: int) -> np.ndarray:
-    """Record weights (mean one) that make y independent of u with both marginals kept: p(y) p(u) / p(y, u)."""
+def independence_weights(y: np.ndarray, u: np.ndarray, k: int, gs: np.ndarray | None = None) -> np.ndarray:
+    """Record weights (mean one) that make y independent of u with both marginals kept: p(y) p(u) / p(y, u); with
+    strata (gs: the stratum of each group) within each stratum, p(y | s) p(u | s) / p(y, u | s), so the y-stratum
+    association stays as observed."""
     p = rg.joint(y, u, k)
-    ratio = np.divide(np.outer(p.sum(1), p.sum(0)), p, out=np.zeros_like(p), where=p > 0)
+    ratio = np.zeros_like(p)
+    for cols in _blocks(k, gs):
+        q = p[:, cols]
+        q = q / max(q.sum(), 1e-300)
+        ratio[:, cols] = np.divide(np.outer(q.sum(1), q.sum(0)), q, out=np.zeros_like(q), where=q > 0)
     w = ratio[np.asarray(y, dtype=np.int64), np.asarray(u, dtype=np.int64)]
     return w * len(w) / w.sum()
 
 
+def _blocks(k: int, gs: np.ndarray | None) -> list[np.ndarray]:
+    """The group columns of each stratum (one block of all k without strata)."""
+    if gs is None:
+        return [np.arange(k)]
+    return [np.flatnonzero(gs == s) for s in np.unique(gs)]
+
+
 @dataclass(frozen=True)
 class Regimes:
-    """The stress regimes of one held-out set: exponents e and their cell weights [R, 2, k] (regimes.py)."""
+    """The stress regimes of one held-out set: exponents e and their cell weights [R, 2, k] (regimes.py); with
+    strata, each stratum's block is its own table (the y-u association changes within strata, each stratum keeps
+    its held-out marginals and its mass)."""
 
     exponents: tuple[float, ...]
     ratios: np.ndarray
-    kappa: float  # natural (train) odds ratio of u = 1 vs u = 0; NaN when u has more than two groups
+    odds: dict[tuple[int, int], float]  # natural (train) local odds ratio of each group vs its block's first
+    kappa: float  # the local odds ratio furthest from 1 (k = 2: of u = 1 vs u = 0)
 
     @classmethod
     def build(cls, y_tr: np.ndarray, u_tr: np.ndarray, y_te: np.ndarray, u_te: np.ndarray, k: int,
-              exponents: tuple[float, ...]) -> Regimes:
+              exponents: tuple[float, ...], gs: np.ndarray | None = None) -> Regimes:
         ex = tuple(dict.fromkeys((*map(float, exponents), 1.0, 0.0, -1.0)))
         p_nat, p_obs = rg.joint(y_tr, u_tr, k), rg.joint(y_te, u_te, k)
-        kappa = rg.odds_ratio(p_nat) if k == 2 else float("nan")
-        return cls(ex, rg.regime_ratios(p_nat, p_obs, ex), kappa)
+        ratios = np.ones((len(ex), 2, k))
+        odds = {}
+        for cols in _blocks(k, gs):
+            nat, obs = p_nat[:, cols], p_obs[:, cols]
+            ratios[:, :, cols] = rg.regime_ratios(nat / nat.sum(), obs / obs.sum(), ex)
+            odds |= {(int(cols[j]), int(cols[0])): rg.odds_ratio(nat, j, 0) for j in range(1, len(cols))}
+        kappa = max(odds.values(), key=lambda v: abs(np.log(v))) if odds else float("nan")
+        return cls(ex, ratios, odds, kappa)
 
     def weights(self, y: np.ndarray, u: np.ndarray, e: float, base: np.ndarray | None = None) -> np.ndarray:
         """Record weights of regime e ([n], or [B, n] times a bootstrap's base weights)."""

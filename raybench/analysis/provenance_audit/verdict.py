@@ -11,14 +11,22 @@
   controls" unless the targeted removal reduces G (lower bound > 0) and beats every matched random control;
   "reliance, remedy refused: utility loss" unless the utility change's lower bound stays above -delta; else
   "reliance, remedy certified". Utility is the control head's AUROC change in the independent regime (the head and
-  regime of PhysioTRACE Table 1: ECGFounder -0.004 = Table 15's control head, independent, projected - full).
+  regime of PhysioTRACE Table 1: ECGFounder -0.004 = Table 15's control head, independent, projected - full);
+- a gate that could not be evaluated is never a pass: where the rest would read "reliance ...", the verdict reads
+  "reliance - confounding by age/sex/year not excluded" (no metadata comparator) or "reliance - <gate> not
+  evaluated", never "remedy certified", and the reason carries what the remedy would have been.
+
+Beside the ladder: "no reliance" only says the exposed head degrades no more than the control head; when both drop
+beyond epsilon from aligned to reversed (lower bounds), it reads "no reliance; task sensitive to <variable> (both
+heads degrade)". A reliance verdict of a variable audited also within strata (`device` and `device|site`) stands
+only when the within-stratum row reads reliance too; else it reads "confounded with site" (`within_strata`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raybench.analysis.provenance_audit.gates import G_GATE, VALIDITY, Gate
+from raybench.analysis.provenance_audit.gates import G_GATE, METADATA_GATE, VALIDITY, Gate
 
 NO_RELIANCE = "no reliance"
 CERTIFIED = "reliance, remedy certified"
@@ -29,8 +37,29 @@ NOT_ATTRIBUTABLE = "not attributable"
 NEGATIVE = "negative G (protective)"
 INCONCLUSIVE = "inconclusive"
 NOT_AUDITED = "not audited"
+NOT_EXCLUDED = "reliance - confounding by age/sex/year not excluded"
+TASK_SENSITIVE = "task sensitive to"
+CONFOUNDED = "confounded with"
+MEANINGS = {
+    NO_RELIANCE: "the exposed head loses no more AUROC than the control head when the association reverses (G "
+                 "within +-epsilon); it does not say that neither head loses",
+    f"{NO_RELIANCE}; {TASK_SENSITIVE} u (both heads degrade)": "both heads lose AUROC beyond epsilon from aligned "
+                                                                "to reversed, so the task itself moves with u",
+    CERTIFIED: "the exposed head relies on the variable, every validity gate passed, and removing the provenance "
+               "component cuts G more than every matched random control at a utility cost within delta",
+    REFUSED_CONTROLS: "reliance, but the targeted removal does not beat the matched random controls",
+    REFUSED_UTILITY: "reliance, but the removal costs the control head more than delta AUROC under independence",
+    NOT_EXCLUDED: "G passes but the metadata comparator could not be run, so age, sex or recording year may "
+                  "explain it; never certified",
+    NOT_ATTRIBUTABLE: "G passes but a validity gate fails, so the excess loss cannot be put on the variable",
+    f"{CONFOUNDED} site": "the pooled row reads reliance but the within-site audit (device|site) does not, so the "
+                          "site explains it",
+    NEGATIVE: "the exposed head gains when the association reverses (G interval below 0, past -epsilon)",
+    INCONCLUSIVE: "the G interval neither lies within +-epsilon nor clears epsilon",
+    NOT_AUDITED: "too few records or groups to audit, named in the reason",
+}
 VERDICTS = (NO_RELIANCE, CERTIFIED, REFUSED_CONTROLS, REFUSED_UTILITY, NOT_ATTRIBUTABLE, NEGATIVE, INCONCLUSIVE,
-            NOT_AUDITED)
+            NOT_AUDITED, NOT_EXCLUDED)
 
 
 @dataclass(frozen=True)
@@ -77,7 +106,42 @@ def decide(gates: dict[str, Gate], removal: Removal | None, epsilon: float, delt
     skipped = [gates[n] for n in VALIDITY if n in gates and gates[n].passed is None]
     note = "".join(f" ({s.name} not evaluated: {s.note})" for s in skipped)
     if removal is None:
-        return REFUSED_CONTROLS, f"{span}; no removal was possible at the verdict rank{note}"
-    verdict, why = removal_verdict(removal, delta)
+        verdict, why = REFUSED_CONTROLS, "no removal was possible at the verdict rank"
+    else:
+        verdict, why = removal_verdict(removal, delta)
+    if skipped:  # not evaluated is never passed: the verdict says which gate is missing
+        names = [s.name for s in skipped]
+        head = NOT_EXCLUDED if names == [METADATA_GATE] else "reliance - " + ", ".join(names) + " not evaluated"
+        return head, f"{span}; remedy at p={removal.rank if removal else '-'} would read {verdict!r}: {why}{note}"
     return verdict, f"{span}; {why}{note}"
+
+
+def task_sensitivity(verdict: str, reason: str, drops: dict[str, float], variable: str,
+                     epsilon: float) -> tuple[str, str]:
+    """"no reliance" -> "no reliance; task sensitive to <variable> (both heads degrade)" when both heads' AUROC
+    drops from the aligned to the reversed regime with a lower bound beyond epsilon (the task itself depends on
+    the association; neither head is the worse for it)."""
+    if verdict != NO_RELIANCE or not (drops["drop_exposed_ci_low"] > epsilon and drops["drop_control_ci_low"] >
+                                      epsilon):
+        return verdict, reason
+    shown = "; ".join(f"{h} head AUROC {drops[f'auroc_{h}_aligned']:.3f} aligned -> {drops[f'auroc_{h}_reversed']:.3f}"
+                      f" reversed (drop {drops[f'drop_{h}']:.3f} [{drops[f'drop_{h}_ci_low']:.3f}, "
+                      f"{drops[f'drop_{h}_ci_high']:.3f}])" for h in ("exposed", "control"))
+    return f"{NO_RELIANCE}; {TASK_SENSITIVE} {variable} (both heads degrade)", f"{reason}; {shown}"
+
+
+def within_strata(pooled: dict, stratified: dict, stratum: str) -> dict:
+    """The pooled row of a variable (`device`) given its within-stratum row (`device|site`): a reliance verdict
+    stands only when the within-stratum row reads reliance too; else it reads "confounded with <stratum>", and
+    the reason names the within-stratum audit."""
+    verdict = str(pooled.get("verdict", ""))
+    if not verdict.startswith("reliance"):
+        return pooled
+    inner = str(stratified.get("verdict", ""))
+    name = f"{pooled.get('variable', 'u')}|{stratum}"
+    if inner.startswith("reliance"):
+        return {**pooled, "reason": f"{pooled.get('reason', '')}; holds within {stratum} ({name}: {inner})"}
+    return {**pooled, "verdict": f"{CONFOUNDED} {stratum}",
+            "reason": f"pooled over {stratum}s the row reads {verdict!r}, but within {stratum} ({name}) it reads "
+                      f"{inner!r}: {stratified.get('reason', '')}"}
 

@@ -54,7 +54,8 @@ def test_combine_takes_fold_means_of_points_draws_and_controls():
         st.curves = [{"stage": "before", "rank": 0, "level": 1.0, "odds_ratio": 10.0, "auroc_exposed": 0.9 + shift,
                       "auroc_control": 0.8}]
         st.controls = {1: [{"rank": 1, "control": 0, "g_after": shift, "g_reduction": 0.1 - shift,
-                            "energy_rel_error": shift, "cos_u": 0.0}]}
+                            "removed_variance": 1.0 + shift, "variance_rel_error": shift, "cos_u": 0.0,
+                            "orthogonal": shift == 0}]}
         return st
 
     c = combine([stats(0.0, True), stats(0.2, False)])
@@ -64,7 +65,8 @@ def test_combine_takes_fold_means_of_points_draws_and_controls():
     assert c.info == {"kappa": pytest.approx(10.1), "n_test": 200}  # counts add up, the rest is averaged
     assert c.curves[0]["auroc_exposed"] == pytest.approx(1.0) and c.curves[0]["auroc_control"] == pytest.approx(0.8)
     ctl = c.controls[1][0]
-    assert ctl["g_reduction"] == pytest.approx(0.0) and ctl["energy_rel_error"] == 0.2 and ctl["folds"] == 2
+    assert ctl["g_reduction"] == pytest.approx(0.0) and ctl["variance_rel_error"] == 0.2 and ctl["folds"] == 2
+    assert ctl["removed_variance"] == pytest.approx(1.1) and ctl["orthogonal"] is False  # orthogonal in every fold
 
 
 def test_metadata_features_are_standardized_on_train_and_missing_values_take_its_mean():

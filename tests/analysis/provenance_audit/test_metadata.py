@@ -45,3 +45,38 @@ def test_metadata_of_the_ptbxl_sample(ptbxl_sample):
     got = ptbxl_metadata(ptbxl_sample, db.ecg_id.to_numpy()[:5])
     np.testing.assert_allclose(got[:, 0], db.age.to_numpy()[:5])
     assert (got[:, 2] == 1984).all()
+
+
+def test_a_metadata_csv_turns_the_comparator_on_for_any_cohort(tmp_path):
+    from raybench.analysis.provenance_audit.run import ProvenanceError, block_metadata
+    from raybench.core.config import ProvenanceConfig
+
+    per_patient = tmp_path / "patients.csv"
+    pd.DataFrame({"patient_id": ["p1", "p2"], "age": ["71", "44"], "sex": ["F", "male"]}).to_csv(per_patient,
+                                                                                              index=False)
+    ids = {"train": np.array([10, 11, 12]), "val": np.array([13]), "test": np.array([14])}
+    pats = {"train": np.array(["p1", "p2", "p3"]), "val": np.array(["p2"]), "test": np.array(["p1"])}
+    got = block_metadata(ProvenanceConfig(metadata_csv=str(per_patient)), tmp_path, ids, pats)
+    np.testing.assert_array_equal(got["train"][:2, :2], [[71.0, 1.0], [44.0, 0.0]])
+    assert np.isnan(got["train"][2]).all() and np.isnan(got["train"][:, 2]).all()  # unknown patient, no year
+    assert got["test"][0, 0] == 71.0
+    assert block_metadata(ProvenanceConfig(), tmp_path, ids, pats) is None  # no CSV, no ptbxl_database.csv
+    per_record = tmp_path / "records.csv"
+    pd.DataFrame({"ecg_id": [14, 10], "recording_year": [2011, 2015]}).to_csv(per_record, index=False)
+    got = block_metadata(ProvenanceConfig(metadata_csv=str(per_record)), tmp_path, ids, pats)
+    assert got["test"][0, 2] == 2011 and got["train"][0, 2] == 2015 and np.isnan(got["val"][0, 2])
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"subject": [1], "age": [3]}).to_csv(bad, index=False)
+    with pytest.raises(ProvenanceError, match=r"bad.csv: .* needs ecg_id or patient_id"):
+        block_metadata(ProvenanceConfig(metadata_csv=str(bad)), tmp_path, ids, pats)
+
+
+def test_missing_values_are_no_group_and_nested_labels_carry_their_strata():
+    from raybench.analysis.provenance_audit.metadata import variable_strata
+
+    frame = pd.DataFrame({"site": ["0", "0", None, "2"], "device": ["AT-6", float("nan"), "CS-12", "CS-12"]})
+    assert list(variable_labels(frame, "device", "raw")) == ["AT-6", "", "CS-12", "CS-12"]
+    assert list(variable_labels(frame, "site+device", "raw")) == ["0/AT-6", "", "", "2/CS-12"]
+    assert list(variable_labels(frame, "device|site", "raw")) == ["AT-6", "", "CS-12", "CS-12"]
+    assert list(variable_strata(frame, "device|site", "raw")) == ["0", "0", "", "2"]
+    assert variable_strata(frame, "device", "raw") is None

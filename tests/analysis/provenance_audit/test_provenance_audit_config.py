@@ -20,6 +20,14 @@ def test_yaml_section_and_defaults(tmp_path):
     d = ProvenanceConfig()
     assert (d.min_cell_records, d.verdict_rank, d.delta, d.device_grouping, d.folds) == (75, 1, 0.01, "raw", 5)
     assert d.association_levels == (1.0, 0.5, 0.0, -0.5, -1.0)  # kappa, sqrt(kappa), 1, 1/sqrt(kappa), 1/kappa
+    assert d.variables == ("device", "site", "device|site") and d.metadata_csv is None  # devices within sites
+
+
+def test_a_metadata_csv_and_a_within_site_variable_load_from_yaml(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("preset: demo\nprovenance: {variables: [device, 'nurse|site'], metadata_csv: /data/age.csv}\n")
+    cfg = load_run_config(path)
+    assert cfg.provenance.variables == ("device", "nurse|site") and cfg.provenance.metadata_csv == "/data/age.csv"
 
 
 def test_the_audit_settings_do_not_change_the_config_hash():
@@ -33,6 +41,8 @@ def test_the_audit_settings_do_not_change_the_config_hash():
     ("ranks", (0,), "provenance.ranks"),
     ("draws", 0, "provenance.draws"),
     ("variables", ("device", "device"), "distinct"),
+    ("variables", ("device|",), r"a\|b \(a within b\)"),
+    ("variables", ("device|site|nurse",), r"a\|b"),
     ("verdict_rank", 3, "provenance.verdict_rank"),
     ("device_grouping", "model", "provenance.device_grouping"),
     ("min_cell_records", 0, "provenance.min_cell_records"),

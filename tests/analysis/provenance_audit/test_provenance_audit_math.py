@@ -10,6 +10,7 @@ from sklearn.metrics import log_loss, roc_auc_score
 from raybench.analysis.provenance_audit import features as ft
 from raybench.analysis.provenance_audit import intervene as iv
 from raybench.analysis.provenance_audit import probes as pr
+from raybench.analysis.provenance_audit import regimes as rg
 from raybench.analysis.provenance_audit import stress as st
 
 # ---------------------------------------------------------------- Recover
@@ -135,22 +136,54 @@ def test_provenance_subspace_finds_the_within_class_device_direction():
     assert abs(read[3]) / np.linalg.norm(read) > 0.98
 
 
-def test_random_controls_are_orthonormal_orthogonal_to_u_and_matched_in_energy():
+def _raw_removed_variance(x: np.ndarray, y: np.ndarray, wh: iv.Whitener, q: np.ndarray) -> float:
+    """Measured, not derived: the mean squared norm of what the removal takes from each train record, each
+    y-class mean of the removed part out."""
+    r = x - iv.remove(x, wh, q)
+    for g in np.unique(y):
+        r[y == g] -= r[y == g].mean(0)
+    return float(np.mean(np.sum(r ** 2, axis=1)))
+
+
+def test_random_controls_remove_the_raw_variance_the_targeted_removal_removes():
+    """An anisotropic embedding whose device direction carries more within-class variance than a random one: in
+    whitened coordinates every direction removes the same energy, in raw coordinates U removes more. Each control
+    must remove U's raw variance within 5% (measured on the removal itself)."""
     rng = np.random.default_rng(8)
-    x = rng.standard_normal((500, 8)) * np.linspace(0.3, 3.0, 8)
-    x[:, 0] += 4.0 * rng.integers(0, 2, 500)  # a dominant provenance-like direction
-    wh = iv.Whitener.fit(x)
+    n, d = 1500, 10
+    y, u = rng.integers(0, 2, n), rng.integers(0, 2, n)
+    x = rng.standard_normal((n, d)) * np.linspace(0.5, 2.0, d)
+    x[:, 0] += 1.5 * y
+    x[:, 4] += 2.0 * u  # the device: within-class variance 1.2^2 + 1 along axis 4
+    x = x @ np.linalg.qr(rng.standard_normal((d, d)))[0]
+    wh = iv.Whitener.fit(x, y)
     z = wh(x)
-    energy = iv.EnergyForm.fit(z)
-    u_basis = np.linalg.qr(wh.w_inv[:, [0, 5]])[0]
-    bases, errors, cosines = iv.matched_random_subspaces(energy, u_basis, 10, rng)
-    assert np.all(errors < 2e-3) and np.all(cosines < 1e-10)
-    target = np.mean(np.sum((z @ u_basis) ** 2, axis=1))
-    for q in bases:
-        np.testing.assert_allclose(q.T @ q, np.eye(2), atol=1e-10)
-        np.testing.assert_allclose(u_basis.T @ q, 0.0, atol=1e-10)
-        assert np.mean(np.sum((z @ q) ** 2, axis=1)) == pytest.approx(target, rel=3e-3)
+    for p in (1, 2):
+        u_basis = iv.provenance_subspace(z, y, u, 1, 1.0)
+        if p == 2:  # a second, random direction beside it
+            u_basis = np.linalg.qr(np.hstack([u_basis, rng.standard_normal((d, 1))]))[0]
+        target = _raw_removed_variance(x, y, wh, u_basis)
+        form = iv.RemovedVariance.fit(z, y, wh.w_inv)
+        assert form(u_basis) == pytest.approx(target, rel=1e-9)  # the closed form is the measured variance
+        ctl = iv.matched_random_subspaces(form, u_basis, 10, rng)
+        for q in ctl.bases:
+            np.testing.assert_allclose(q.T @ q, np.eye(p), atol=1e-10)
+            assert _raw_removed_variance(x, y, wh, q) == pytest.approx(target, rel=0.05)
+        assert np.all(ctl.errors < 2e-3) and ctl.orthogonal.all() and np.all(ctl.cosines < 1e-8)
+        np.testing.assert_allclose(ctl.variance, target, rtol=2e-3)
     assert iv.max_cosine(u_basis, u_basis) == pytest.approx(1.0)
+
+
+def test_controls_leave_the_complement_only_when_it_cannot_remove_as_much():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((800, 4))
+    x[:, 0] *= 5.0  # the only direction with that much variance
+    wh = iv.Whitener.fit(x)
+    form = iv.RemovedVariance.fit(wh(x), None, wh.w_inv)
+    u_basis = np.linalg.qr(wh.w @ np.eye(4)[:, [0]])[0]  # U reads raw axis 0
+    ctl = iv.matched_random_subspaces(form, u_basis, 5, rng)
+    assert not ctl.orthogonal.any() and np.all(ctl.errors < 0.05)  # drawn in the whole space, still matched
+    assert np.all(ctl.cosines > 0.5)  # and then they lean on U (reported, not offered as evidence)
 
 
 # ---------------------------------------------------------------- features
@@ -177,12 +210,41 @@ def test_concept_bits_and_flags():
     assert not rows[-1]["flagged"]  # 0.03 bits beat 0.002 bits of concept, but are below the floor
 
 
-def test_removed_energy_takes_the_diagnosis_class_means_out():
+def test_removed_variance_takes_the_diagnosis_class_means_out():
     rng = np.random.default_rng(10)
     y = rng.integers(0, 2, 4000)
     z = rng.standard_normal((4000, 3))
     z[:, 0] += 3.0 * y
     axis = np.eye(3)[:, [0]]
     within = np.mean([z[y == g, 0].var() * (y == g).mean() for g in (0, 1)]) * 2
-    assert iv.EnergyForm.fit(z, y)(axis) == pytest.approx(within, rel=1e-9)
-    assert iv.EnergyForm.fit(z)(axis) == pytest.approx(np.mean(z[:, 0] ** 2), rel=1e-9)  # 1 + 9 / 4 + mean^2
+    assert iv.RemovedVariance.fit(z, y, np.eye(3))(axis) == pytest.approx(within, rel=1e-9)
+    assert iv.RemovedVariance.fit(z, None, np.eye(3))(axis) == pytest.approx(np.mean(z[:, 0] ** 2), rel=1e-9)
+    assert iv.RemovedVariance.fit(z, y, 2 * np.eye(3))(axis) == pytest.approx(4 * within, rel=1e-9)  # raw scale
+
+
+def test_stratified_regimes_change_the_device_association_within_each_site_only():
+    """Groups 0, 1 in site 0 and 2, 3 in site 1; the diagnosis is tied to the site. Each regime keeps every site's
+    share, its held-out marginals and so the y-site association, and raises each site's own odds ratio to e."""
+    rng = np.random.default_rng(12)
+    gs = np.array([0, 0, 1, 1])
+    u_tr, u_te = rng.integers(0, 4, 6000), rng.integers(0, 4, 2000)
+    p_y = lambda u: np.array([0.15, 0.35, 0.7, 0.8])[u]  # noqa: E731
+    y_tr, y_te = (rng.random(6000) < p_y(u_tr)).astype(int), (rng.random(2000) < p_y(u_te)).astype(int)
+    reg = st.Regimes.build(y_tr, u_tr, y_te, u_te, 4, (1.0, 0.0, -1.0), gs)
+    nat = rg.joint(y_tr, u_tr, 4)
+    assert set(reg.odds) == {(1, 0), (3, 2)}  # one pair per site, each against its site's first group
+    assert reg.odds[(1, 0)] == pytest.approx(rg.odds_ratio(nat, 1, 0))
+    assert reg.kappa == reg.odds[(1, 0)]  # the one furthest from 1 (0.35 vs 0.15 beats 0.8 vs 0.7)
+    obs = rg.joint(y_te, u_te, 4)
+    for e in (1.0, 0.0, -1.0):
+        q = rg.joint(y_te, u_te, 4, reg.weights(y_te, u_te, e))
+        for cols in ([0, 1], [2, 3]):
+            np.testing.assert_allclose(q[:, cols].sum(0), obs[:, cols].sum(0), atol=1e-12)  # group shares
+            np.testing.assert_allclose(q[:, cols].sum(1), obs[:, cols].sum(1), atol=1e-12)  # y within the site
+            a, b = cols
+            assert rg.odds_ratio(q, b, a) == pytest.approx(rg.odds_ratio(nat, b, a) ** e, rel=1e-9)
+    w = st.independence_weights(y_tr, u_tr, 4, gs)
+    q = rg.joint(y_tr, u_tr, 4, w)
+    for cols in ([0, 1], [2, 3]):  # independent within each site, the site's own prevalence kept
+        assert rg.odds_ratio(q, cols[1], cols[0]) == pytest.approx(1.0, rel=1e-9)
+        np.testing.assert_allclose(q[:, cols].sum(1), nat[:, cols].sum(1), atol=1e-12)

@@ -73,7 +73,7 @@ def test_ptbxl_sample_runs_and_says_the_groups_are_too_small(ptbxl_sample, tmp_p
     encode_in_process(layout.root, MODEL, [0])
     tables = run_provenance(layout.root, _config(layout.root))
     ver = tables["provenance_verdicts"]
-    assert sorted(ver.variable) == ["device", "site"]
+    assert sorted(ver.variable) == ["device", "device|site", "site"]
     assert (ver.verdict == "not audited").all()
     assert ver.reason.str.contains("too small to audit").all()
     assert tables["provenance_recover"].empty  # nothing estimated on a single group
@@ -93,6 +93,6 @@ def test_provenance_command_on_the_ptbxl_sample(ptbxl_sample, tmp_path, ray_clus
     write_run_yaml(_config(layout.root))
     result = CliRunner().invoke(main, ["provenance", "--run-dir", str(layout.root), "--target", "MI"])
     assert result.exit_code == 0, result.output
-    assert "2 model x depth x variable rows" in result.output and "not audited: 2" in result.output
+    assert "3 model x depth x variable rows" in result.output and "not audited: 3" in result.output
     html = layout.report.read_text()
     assert "Provenance audit" in html and "too small to audit" in html

@@ -38,9 +38,9 @@ def test_planted_shortcut_is_recovered_relied_on_and_removal_certified():
     assert {r["stage"] for r in res.stress} == {"before", "removed_p1", "removed_p2"}
     assert {r["level"] for r in res.stress} == set(CFG.association_levels)
     assert len(res.controls) == CFG.random_controls * len(CFG.ranks)
-    assert max(c["energy_rel_error"] for c in res.controls) < 1e-2  # controls matched in removed energy
+    assert max(c["variance_rel_error"] for c in res.controls) < 1e-2  # controls matched in raw removed variance
     assert [g["gate"] for g in res.gates] == [gt.G_GATE, *gt.VALIDITY, gt.REDUCE_GATE]
-    assert res.gates[-1]["passed"] and res.gates[gt.VALIDITY.index(gt.METADATA_GATE) + 1]["passed"] is None
+    assert res.gates[-1]["passed"] and res.gates[gt.VALIDITY.index(gt.METADATA_GATE) + 1]["passed"] is True
 
 
 def test_no_association_means_no_reliance():
@@ -80,10 +80,13 @@ def test_a_remedy_that_takes_g_to_zero_is_certified_on_the_control_head_utility(
     assert sum(abs(v["g_after_p1"]) <= CFG.epsilon for v in kappa_11_runs) >= 4  # the removal does take G away
 
 
-def test_random_controls_are_not_the_targeted_direction_and_lose_to_it(kappa_11_runs):
+def test_random_controls_matched_in_raw_removed_variance_lose_to_the_targeted_removal(kappa_11_runs):
     beat_all = 0
     for v in kappa_11_runs:
-        assert v["control_median_cos_p1"] < 0.3
+        # the device dominates the within-class variance: no direction orthogonal to U removes as much, so the
+        # controls come from the whole space and lean on U; matched in what they remove, they still lose
+        assert v["control_variance_error_max_p1"] < 0.05
+        assert v["control_removed_variance_p1"] == pytest.approx(v["removed_variance_p1"], rel=0.05)
         beat_all += v["controls_beaten_p1"] == v["controls_p1"] == 100
     assert beat_all >= 4
 
@@ -116,7 +119,8 @@ def test_a_single_provenance_group_is_not_audited_and_says_why():
         inp.u[s][:3] = "B"  # a device with 3 records per split: too small
     res = run_audit(inp, SPLIT, (4,))
     assert res.verdict["verdict"] == NOT_AUDITED
-    assert "too small to audit" in res.verdict["reason"] and "B: 3 train" in res.verdict["reason"]
+    assert "too small to audit" in res.verdict["reason"]
+    assert "B: 3 records in the test split (minimum 20)" in res.verdict["reason"]  # the cause, not just counts
     assert not res.recover and not res.stress
 
 

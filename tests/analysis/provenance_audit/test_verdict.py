@@ -11,6 +11,7 @@ from raybench.analysis.provenance_audit.verdict import (
     NEGATIVE,
     NO_RELIANCE,
     NOT_ATTRIBUTABLE,
+    NOT_EXCLUDED,
     REFUSED_CONTROLS,
     REFUSED_UTILITY,
     Removal,
@@ -66,8 +67,11 @@ def test_the_remedy(rm, expected, words):
     assert verdict == expected and words in reason, reason
 
 
-def test_a_failed_validity_gate_is_not_attributable_and_an_unevaluated_one_is_named():
+def test_a_failed_validity_gate_is_not_attributable_and_an_unevaluated_one_is_never_a_pass():
     verdict, reason = decide(gates((0.05, 0.03, 0.07), **{gt.METADATA_GATE: False}), removal(), EPS, DELTA)
     assert verdict == NOT_ATTRIBUTABLE and gt.METADATA_GATE in reason
     verdict, reason = decide(gates((0.05, 0.03, 0.07), **{gt.METADATA_GATE: None}), removal(), EPS, DELTA)
-    assert verdict == CERTIFIED and f"{gt.METADATA_GATE} not evaluated" in reason
+    assert verdict == NOT_EXCLUDED == "reliance - confounding by age/sex/year not excluded", reason
+    assert f"{gt.METADATA_GATE} not evaluated" in reason and repr(CERTIFIED) in reason  # what the remedy would be
+    verdict, _ = decide(gates((0.05, 0.03, 0.07), **{gt.CONTROL_GATE: None}), removal(), EPS, DELTA)
+    assert verdict == f"reliance - {gt.CONTROL_GATE} not evaluated"
