@@ -48,13 +48,16 @@ def check_cohort(cfg: RunConfig) -> None:
                           f"that holds {index}")
 
 
-def write_synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction: float) -> Path:
-    """`raybench cohort synth`: the synthetic cohort in `out`; a folder that is not ours to replace is a
-    CohortError."""
+def write_synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction: float,
+                       layout: str = "ptbxl") -> Path:
+    """`raybench cohort synth`: the synthetic cohort in `out` (layout ptbxl, or challenge: a `wfdb` folder); a folder
+    that is not ours to replace is a CohortError."""
     from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.cohorts.synth_challenge import generate_challenge_cohort
 
+    write = generate_challenge_cohort if layout == "challenge" else generate_synth_cohort
     try:
-        return generate_synth_cohort(out, records, patients, seed, bad_fraction)
+        return write(out, records, patients, seed, bad_fraction)
     except FileExistsError as err:
         raise CohortError(str(err)) from None
 
