@@ -1,0 +1,80 @@
+"""`raybench grid` with `cohort.kind: wfdb`, end to end (issue 41 item 4): (a) the shared PTB-XL sample as a
+Challenge-style folder with no PTB-XL csv and a patients CSV, (b) `raybench cohort synth --layout challenge`
+(.mat + .hea with #Dx, patients in #Patient). Each runs the demo grid's full structure (6 models x 5 depths x 5 E x
+3 seeds + the 90-cell sensitivity arm: 540 cells) on the smallest cohort and training that keep every stage real:
+SAE steps, bootstrap draws and the selection subset cut down, as tests/small_run.py does."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from raybench.app.pipeline import run_pipeline
+from raybench.core.config import CohortConfig, ProvenanceConfig, demo_run
+from raybench.core.paths import RunLayout
+from tests.cohorts.wfdb_folders import ptbxl_challenge_folder
+
+
+def _tiny_demo(run_dir: Path, cohort: CohortConfig):
+    """The demo preset's grid (540 cells) with the training and inference of a test."""
+    cfg = demo_run(str(run_dir))
+    p = cfg.protocol
+    p = replace(p, sae=replace(p.sae, steps=10, batch_size=32),
+                eval=replace(p.eval, selection_records=32, repro_permutations=10),
+                inference=replace(p.inference, patient_draws=50, crossed_draws=100, chunk_draws=50))
+    provenance = ProvenanceConfig(enabled=True, folds=1, min_group_records=2, random_controls=4, draws=20,
+                                  cell_support_sensitivity=True, c_grid=(1.0,), association_levels=(1.0, -1.0),
+                                  ranks=(1,))
+    return replace(cfg, protocol=p, cohort=cohort, provenance=provenance,
+                   encoders=replace(cfg.encoders, min_actors=1, max_actors=1, batch_size=32)).validate()
+
+
+def _check_run(cfg, lines: list[str], n_concepts: int) -> dict:
+    layout = RunLayout.at(cfg.run_dir)
+    assert any("540/540" in ln or ("450/450 cells" in ln and "90/90 cells" in ln and "PASS" in ln)
+               for ln in lines), lines
+    cells = pd.read_parquet(layout.tables_dir / "cells.parquet")
+    assert len(cells) == 540 and (cells["status"] == "ok").all()
+    audit = json.loads((layout.tables_dir / "audit.json").read_text())
+    assert audit.get("passed", audit.get("status") == "PASS") is True or "PASS" in json.dumps(audit)
+    summary = json.loads(layout.manifest_summary.read_text())
+    assert summary["cohort"] == "wfdb" and len(summary["concepts"]) == n_concepts
+    verdicts = pd.read_parquet(layout.tables_dir / "provenance_verdicts.parquet")
+    assert {"site", "device"} <= set(verdicts["variable"]), verdicts
+    return summary
+
+
+@pytest.mark.slow
+def test_grid_on_the_ptbxl_sample_as_a_challenge_folder(ptbxl_sample, tmp_path, ray_cluster):
+    folder = ptbxl_challenge_folder(ptbxl_sample, tmp_path / "cohort")
+    assert not (folder / "ptbxl_database.csv").exists()
+    cohort = CohortConfig(kind="wfdb", root=str(folder), patients_csv="patients.csv", concepts="auto",
+                          credentialed=False)
+    cfg = _tiny_demo(tmp_path / "run", cohort)
+    lines: list[str] = []
+    run_pipeline(cfg, echo=lines.append)
+    summary = _check_run(cfg, lines, 7)
+    assert summary["records"] == 100 and summary["patient_source"] == "csv patients.csv"
+    df = pd.read_parquet(RunLayout.at(cfg.run_dir).manifest)
+    assert set(df["site"]) > {"site0"} and df["diagnostic_superclasses"].str.contains("NORM").any()
+
+
+@pytest.mark.slow
+def test_grid_on_a_challenge_layout_synthetic_cohort(tmp_path, ray_cluster):
+    from raybench.app.cli import main
+
+    res = CliRunner().invoke(main, ["cohort", "synth", "--layout", "challenge", "--out", str(tmp_path / "cohort"),
+                                    "--records", "90", "--patients", "40", "--seed", "3"])
+    assert res.exit_code == 0, res.output
+    assert list((tmp_path / "cohort").rglob("*.mat")) and not list((tmp_path / "cohort").rglob("*.dat"))
+    cohort = CohortConfig(kind="wfdb", root=str(tmp_path / "cohort"), patient_key="Patient", concepts="auto")
+    cfg = _tiny_demo(tmp_path / "run", cohort)
+    lines: list[str] = []
+    run_pipeline(cfg, echo=lines.append)
+    summary = _check_run(cfg, lines, 7)
+    assert summary["records"] == 90 and summary["credentialed"] is True
