@@ -63,7 +63,7 @@ def _report(path: Path) -> None:
 @click.option("--out", "out", type=_PATH, required=True, help="Output folder.")
 @click.option("--rate", type=click.Choice(["500", "100"]), default="500", show_default=True,
               help="records500 (12 x 5000) or records100 (12 x 1000).")
-@click.option("--concepts", type=click.Choice(["auto", "tables", "waveform", "none"]), default="auto",
+@click.option("--concepts", type=click.Choice(["auto", "tables", "waveform", "waveform49", "none"]), default="auto",
               show_default=True, help="auto: PTB-XL+ tables if present under ROOT/features, else waveform-derived.")
 @click.option("--features", type=_EXISTING, default=None, help="PTB-XL+ features folder (default ROOT/features).")
 def manifest_ptbxl(root: Path, out: Path, rate: str, concepts: str, features: Path | None) -> None:
@@ -77,11 +77,14 @@ def manifest_ptbxl(root: Path, out: Path, rate: str, concepts: str, features: Pa
 @click.argument("root", type=_EXISTING)
 @click.option("--out", "out", type=_PATH, required=True, help="Output folder.")
 @click.option("--rate", type=click.Choice(["500", "100"]), default="500", show_default=True)
-def manifest_synth(root: Path, out: Path, rate: str) -> None:
+@click.option("--concepts", type=click.Choice(["auto", "tables", "waveform", "waveform49", "none"]), default="auto",
+              show_default=True, help="auto: the cohort's feature tables; waveform49: the panel measured from the "
+                                      "waveform.")
+def manifest_synth(root: Path, out: Path, rate: str, concepts: str) -> None:
     """Manifest for a synthetic cohort made by `raybench cohort synth`."""
     from raybench.cohorts.ptbxl import build_synth_manifest
 
-    _report(build_synth_manifest(root, out, sampling_rate=int(rate)))
+    _report(build_synth_manifest(root, out, sampling_rate=int(rate), concepts=concepts))
 
 
 @manifest.command("mimic")
@@ -98,13 +101,15 @@ def manifest_synth(root: Path, out: Path, rate: str) -> None:
               help="Pool size (the published protocol: 100,000).")
 @click.option("--rate-concept", type=click.Choice(["heart_rate_bpm", "rr_mean_ms"]), default="heart_rate_bpm",
               show_default=True, help="heart_rate_bpm: 60000 / RR, the published run's; rr_mean_ms: raybench's.")
+@click.option("--concepts", type=click.Choice(["waveform", "waveform49"]), default="waveform", show_default=True,
+              help="waveform: the seven waveform concepts; waveform49: the 49-concept panel from the waveform.")
 def manifest_mimic(root: Path, out: Path, extractor: str, pool: str, admissions: Path | None,
-                   max_records: int, rate_concept: str) -> None:
+                   max_records: int, rate_concept: str, concepts: str) -> None:
     """Manifest for MIMIC-IV-ECG (record_list.csv, files/); waveform-derived concepts."""
     from raybench.cohorts.mimic import build_mimic_manifest
 
     _report(build_mimic_manifest(root, out, max_records=max_records, concept_extractor=extractor, record_pool=pool,
-                                 admissions=admissions, rate_concept=rate_concept))
+                                 admissions=admissions, rate_concept=rate_concept, concepts=concepts))
 
 
 @manifest.command("wfdb")
@@ -113,7 +118,9 @@ def manifest_mimic(root: Path, out: Path, extractor: str, pool: str, admissions:
 @click.option("--patients-csv", type=click.Path(path_type=Path), default=None,
               help="CSV with columns record, patient_id (optional site, device, recording_date).")
 @click.option("--patient-key", default=None, help="Header comment key holding the patient id (#Patient: 12).")
-@click.option("--concepts", type=click.Choice(["auto", "waveform", "none"]), default="auto", show_default=True)
+@click.option("--concepts", type=click.Choice(["auto", "waveform", "waveform49", "none"]), default="auto",
+              show_default=True, help="auto = waveform49: the 49-concept panel measured from the waveform; waveform: "
+                                      "the seven waveform concepts.")
 @click.option("--open-data", is_flag=True, help="The records are open data (cohort.credentialed: false).")
 def manifest_wfdb(root: Path, out: Path, patients_csv: Path | None, patient_key: str | None, concepts: str,
                   open_data: bool) -> None:

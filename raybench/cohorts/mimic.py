@@ -35,8 +35,9 @@ from raybench.cohorts.mimic_pool import (
     select_studies,
 )
 from raybench.cohorts.mimic_tables import FS, MEASUREMENTS, N_SAMPLES, read_machine_measurements, read_record_list
-from raybench.cohorts.panel import heart_rate_bpm, mimic_concepts, with_rate_concept
+from raybench.cohorts.panel import concept_names, heart_rate_bpm, mimic_concepts, with_rate_concept
 from raybench.cohorts.split import MIMIC_SPLIT_RULE, mimic_split
+from raybench.cohorts.waveform49 import waveform49_values
 from raybench.cohorts.waveform_concepts import check_extractor, waveform_concept_values
 
 SITE = "BIDMC"  # every MIMIC-IV-ECG study comes from Beth Israel Deaconess Medical Center
@@ -53,12 +54,15 @@ PRIVACY_NOTE = ("aggregate only; manifest.parquet and quarantine.csv hold record
 def build_mimic_manifest(root: str | Path, out_dir: str | Path, max_records: int | None = None,
                          num_cpus: int | None = None, concept_extractor: str = "refined",
                          record_pool: str = "all", admissions: str | Path | None = None,
-                         rate_concept: str = "rr_mean_ms") -> Path:
+                         rate_concept: str = "rr_mean_ms", concepts: str = "waveform") -> Path:
     """Validate the studies, measure the seven concepts, split by subject, standardize; write out_dir.
 
     concept_extractor: refined | published (raybench.cohorts.waveform_concepts); record_pool: all |
     published, with `admissions` (MIMIC-IV hosp/admissions.csv[.gz]) for the ICD link (mimic_pool);
     rate_concept: rr_mean_ms | heart_rate_bpm (60000 / RR, the published MIMIC run's; raybench.cohorts.panel).
+    concepts: waveform (the seven concepts; anything but waveform49 reads as this, as MIMIC has no feature tables)
+    or waveform49 (the 49-concept panel measured from the waveform, raybench.cohorts.waveform49; then
+    concept_extractor and rate_concept only choose the published pool's extraction check).
     Writes out_dir/manifest.parquet (ordered by ecg_id = study_id), summary.json (aggregates only) and
     quarantine.csv (ecg_id, path, reason, detail). The manifest and quarantine hold record-level
     identifiers and stay in the user's environment (see module doc). Returns the manifest path.
@@ -110,14 +114,19 @@ def build_mimic_manifest(root: str | Path, out_dir: str | Path, max_records: int
             notes.append(f"{unmatched} studies have no machine_measurements.csv row (mm_ columns NaN)")
     else:
         notes.append(f"{MEASUREMENTS} not found: no mm_ cross-check columns (concepts are unaffected)")
-    if values is None:
-        values = waveform_concept_values(root, records, num_cpus, notes, summary, concept_extractor)
-    values = with_rate_concept(values, rate_concept)
+    source = "waveform"
+    if concepts == "waveform49":
+        values = waveform49_values(root, records, num_cpus, notes, summary)
+        names, source = concept_names(), "waveform49"
+    else:
+        if values is None:
+            values = waveform_concept_values(root, records, num_cpus, notes, summary, concept_extractor)
+        values = with_rate_concept(values, rate_concept)
 
     def describe(df: pd.DataFrame) -> dict:
         return {"machine_agreement": _agreement(df) if mm is not None else {}}
 
-    return finish_manifest(out_dir, records, root, values, names, "waveform", quarantine, notes,
+    return finish_manifest(out_dir, records, root, values, names, source, quarantine, notes,
                            summary, MIMIC_SPLIT_RULE, extra_columns=mm_cols, describe=describe)
 
 

@@ -31,9 +31,11 @@ from raybench.cohorts.panel import (
 )
 from raybench.cohorts.record_checks import validate_records
 from raybench.cohorts.split import PTBXL_SPLIT_RULE, ptbxl_split
+from raybench.cohorts.waveform49 import waveform49_values
 from raybench.cohorts.waveform_concepts import waveform_concept_values
 
 DURATION_S = 10
+CONCEPT_MODES: tuple[str, ...] = ("auto", "tables", "waveform", "waveform49", "none")
 
 
 # ---------------------------------------------------------------- metadata table
@@ -152,6 +154,8 @@ def _resolve_concepts(mode: str, root: Path, features: Path, df: pd.DataFrame, n
     if mode == "auto":
         notes.append(f"PTB-XL+ feature tables not found under {features}: concepts are the 7 waveform-derived "
                      "ones (not the 49-concept panel). Add PTB-XL+ features/ for the full panel.")
+    if mode == "waveform49":
+        return "waveform49", concept_names(), waveform49_values(root, df, num_cpus, notes, summary)
     values = waveform_concept_values(root, df, num_cpus, notes, summary)
     return "waveform", list(WAVEFORM_CONCEPTS), values
 
@@ -161,13 +165,13 @@ def build_ptbxl_manifest(root: str | Path, out_dir: str | Path, sampling_rate: i
                          cohort: str = "ptbxl") -> Path:
     """Validate every record, attach concepts, split by patient, standardize; write the manifest folder.
 
-    concepts: auto | tables | waveform | none. features_dir defaults to <root>/features.
+    concepts: auto | tables | waveform | waveform49 | none (CONCEPT_MODES). features_dir defaults to <root>/features.
     Returns the manifest.parquet path.
     """
     if sampling_rate not in (100, 500):
         raise ValueError(f"sampling_rate must be 100 or 500, got {sampling_rate}")
-    if concepts not in ("auto", "tables", "waveform", "none"):
-        raise ValueError(f"concepts must be auto, tables, waveform or none, got {concepts!r}")
+    if concepts not in CONCEPT_MODES:
+        raise ValueError(f"concepts must be one of {list(CONCEPT_MODES)}, got {concepts!r}")
     root = Path(root).expanduser().resolve()
     db_path = root / "ptbxl_database.csv"
     db = read_database(db_path)

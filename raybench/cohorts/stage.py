@@ -98,7 +98,7 @@ def manifest_run(cfg: RunConfig, remote: str | None = None) -> str:
         c = cfg.cohort
         build_mimic_manifest(Path(c.root), layout.manifest_dir, max_records=c.max_records,
                              concept_extractor=c.concept_extractor, record_pool=c.record_pool, admissions=c.admissions,
-                             rate_concept=c.rate_concept)
+                             rate_concept=c.rate_concept, concepts=c.concepts)
     elif cfg.cohort.kind == "wfdb":
         from raybench.cohorts.wfdb_cohort import build_wfdb_manifest
 

@@ -30,9 +30,10 @@ import pandas as pd
 
 from raybench.cohorts.diagnostics import COLUMN
 from raybench.cohorts.manifest import ManifestError, finish_manifest
-from raybench.cohorts.panel import WAVEFORM_CONCEPTS
+from raybench.cohorts.panel import WAVEFORM_CONCEPTS, concept_names
 from raybench.cohorts.ptbxl import check_patient_spellings
 from raybench.cohorts.split import PTBXL_SPLIT_RULE, ptbxl_split
+from raybench.cohorts.waveform49 import waveform49_values
 from raybench.cohorts.waveform_concepts import waveform_concept_values
 from raybench.cohorts.waveforms import LEADS, RecordError, canonical_lead, read_record
 from raybench.cohorts.wfdb_headers import (
@@ -49,7 +50,7 @@ from raybench.cohorts.wfdb_patients import OWN_PATIENT_WARNING, match_records, r
 
 WINDOW_S = 10.0  # the protocol's window: PTB-XL's and MIMIC-IV-ECG's record length
 ID_SALT = "raybench-wfdb-v1:"
-CONCEPT_CHOICES = ("auto", "waveform", "none")
+CONCEPT_CHOICES = ("auto", "waveform49", "waveform", "none")
 META_COLUMNS = ("age", "sex", "dx_codes", COLUMN, "recording_date", "record_samples")
 
 
@@ -123,7 +124,8 @@ def build_wfdb_manifest(root: str | Path, out_dir: str | Path, patients_csv: str
                         credentialed: bool = True) -> Path:
     """Find, check and split every record under `root`, attach concepts, write the manifest folder.
 
-    concepts: auto | waveform (the seven waveform concepts, §4) | none. Returns the manifest.parquet path.
+    concepts: auto = waveform49 (the 49-concept panel measured from the waveform, §4.4) | waveform (the seven
+    waveform concepts, §4.2) | none. Returns the manifest.parquet path.
     """
     if concepts not in CONCEPT_CHOICES:
         raise ValueError(f"concepts must be one of {list(CONCEPT_CHOICES)} for a wfdb cohort, got {concepts!r}")
@@ -172,13 +174,17 @@ def build_wfdb_manifest(root: str | Path, out_dir: str | Path, patients_csv: str
         summary["patient_disjoint_split"] = "not guaranteed (each record its own patient)"
     names: list[str] = []
     values = None
-    if concepts != "none":
+    source = "none" if concepts == "none" else "waveform" if concepts == "waveform" else "waveform49"
+    if source == "waveform49":  # auto: the full panel, measured on the same window encoders see
+        values = waveform49_values(root, records, num_cpus, notes, summary)
+        names = concept_names()
+    elif source == "waveform":
         values = waveform_concept_values(root, records, num_cpus, notes, summary)
         names = list(WAVEFORM_CONCEPTS)
     summary["rates_hz"] = {f"{k:g}": int(v) for k, v in records["fs"].value_counts().sort_index().items()}
     summary["cropped_records"] = int((records["record_samples"] > records["n_samples"]).sum())
-    return finish_manifest(out_dir, records, root, values, names, "waveform" if names else "none", quarantine,
-                           notes, summary, PTBXL_SPLIT_RULE, extra_columns=META_COLUMNS)
+    return finish_manifest(out_dir, records, root, values, names, source, quarantine, notes, summary,
+                           PTBXL_SPLIT_RULE, extra_columns=META_COLUMNS)
 
 
 def _records(infos: list[HeaderInfo], who: dict[str, dict[str, str]]) -> pd.DataFrame:

@@ -64,9 +64,9 @@ __all__ = [
 CohortKind = Literal["synth", "ptbxl", "mimic", "wfdb"]
 """Where records come from: synth (generated), ptbxl (PTB-XL, §2.1), mimic (MIMIC-IV-ECG, §2.3), wfdb (any folder
 of 12-lead WFDB records, §2.7)."""
-ConceptSource = Literal["auto", "tables", "waveform", "none"]
-"""Which concepts a cohort carries: auto (feature tables if present, else waveform-derived), tables, waveform,
-none."""
+ConceptSource = Literal["auto", "tables", "waveform", "waveform49", "none"]
+"""Which concepts a cohort carries: auto (feature tables if present, else waveform-derived; wfdb: waveform49), tables,
+waveform (the seven waveform concepts), waveform49 (the 49-concept panel measured from the waveform, §4.4), none."""
 ConceptExtractor = Literal["published", "refined"]
 """MIMIC waveform concept extractor: published (the protocol's code) or refined (raybench's) (§4.3)."""
 RecordPool = Literal["published", "all"]
@@ -106,7 +106,9 @@ class CohortConfig:
     sampling_rate: Literal[100, 500] = 500
     """ptbxl only: which waveform folder is read, in Hz (records500 or records100). Published: 500."""
     concepts: ConceptSource = "auto"
-    """Concept source. Published: tables for PTB-XL (PTB-XL+ features), waveform for MIMIC-IV-ECG (§3, §4)."""
+    """Concept source. Published: tables for PTB-XL (PTB-XL+ features), waveform for MIMIC-IV-ECG (§3, §4).
+    waveform49 (ptbxl, mimic, synth): the 49-concept panel measured from the waveform (§4.4); what auto means for
+    wfdb (§2.7)."""
     max_records: int | None = 100_000
     """mimic only: record pool size; None: every eligible study. Published: 100,000 (§2.3)."""
     concept_extractor: ConceptExtractor = "published"

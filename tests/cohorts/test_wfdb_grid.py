@@ -58,7 +58,7 @@ def test_grid_on_the_ptbxl_sample_as_a_challenge_folder(ptbxl_sample, tmp_path, 
     cfg = _tiny_demo(tmp_path / "run", cohort)
     lines: list[str] = []
     run_pipeline(cfg, echo=lines.append)
-    summary = _check_run(cfg, lines, 7)
+    summary = _check_run(cfg, lines, 49)
     assert summary["records"] == 100 and summary["patient_source"] == "csv patients.csv"
     df = pd.read_parquet(RunLayout.at(cfg.run_dir).manifest)
     assert set(df["site"]) > {"site0"} and df["diagnostic_superclasses"].str.contains("NORM").any()
@@ -76,5 +76,5 @@ def test_grid_on_a_challenge_layout_synthetic_cohort(tmp_path, ray_cluster):
     cfg = _tiny_demo(tmp_path / "run", cohort)
     lines: list[str] = []
     run_pipeline(cfg, echo=lines.append)
-    summary = _check_run(cfg, lines, 7)
+    summary = _check_run(cfg, lines, 49)
     assert summary["records"] == 90 and summary["credentialed"] is True
