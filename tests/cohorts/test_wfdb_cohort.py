@@ -183,3 +183,24 @@ def test_the_cli_refuses_a_bad_csv_in_one_line_with_exit_2(folder, tmp_path):
 def test_an_empty_folder_is_refused(tmp_path):
     with pytest.raises(ManifestError, match="no WFDB header"):
         build_wfdb_manifest(tmp_path, tmp_path / "m", concepts="none")
+
+
+def test_concepts_default_to_waveform49_measured_on_the_window_encoders_see(tmp_path, ray_cluster):
+    from raybench.cohorts.panel import concept_names
+    from raybench.cohorts.waveform49 import measure_signal49
+
+    root = tmp_path / "cohort"
+    write_mat_record(root, "A1", ecg(10, 500, seed=1), 500, comments=CHALLENGE)
+    write_mat_record(root, "A2", ecg(10, 250, seed=2), 250, comments=CHALLENGE)
+    long = ecg(30, 500, seed=3)
+    long[:, :5000] *= 2.5  # the first 10 s differ from the central window
+    write_mat_record(root, "A3", long, 500, comments=CHALLENGE)
+    df, info = load_manifest(build_wfdb_manifest(root, tmp_path / "m", num_cpus=2))
+    assert info.concept_source == "waveform49" and list(info.concepts) == concept_names()
+    row = df.set_index("path").loc["A3"]
+    window = read_record(root, "A3", expect_fs=500, expect_samples=5000, record_samples=15000).signal
+    expected = measure_signal49(window, 500.0)
+    for name in concept_names():
+        got, want = row[f"raw_{name}"], expected[name]
+        assert (np.isnan(got) and np.isnan(want)) or got == pytest.approx(want), name
+    assert np.isfinite(df["raw_hr_ventricular"]).all() and df["raw_hr_ventricular"].between(60, 85).all()

@@ -2,7 +2,9 @@
 Challenge-style folder with no PTB-XL csv and a patients CSV, (b) `raybench cohort synth --layout challenge`
 (.mat + .hea with #Dx, patients in #Patient). Each runs the demo grid's full structure (6 models x 5 depths x 5 E x
 3 seeds + the 90-cell sensitivity arm: 540 cells) on the smallest cohort and training that keep every stage real:
-SAE steps, bootstrap draws and the selection subset cut down, as tests/small_run.py does."""
+SAE steps, bootstrap draws and the selection subset cut down as tests/small_run.py does, the provenance audit on
+(small enough that its rows say "too small to audit" with the groups the headers named), the secondary analyses and
+feature dashboards off."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from raybench.app.pipeline import run_pipeline
-from raybench.core.config import CohortConfig, ProvenanceConfig, demo_run
+from raybench.core.config import CohortConfig, FeaturesConfig, ProvenanceConfig, SecondaryConfig, demo_run
 from raybench.core.paths import RunLayout
 from tests.cohorts.wfdb_folders import ptbxl_challenge_folder
 
@@ -30,26 +32,30 @@ def _tiny_demo(run_dir: Path, cohort: CohortConfig):
     provenance = ProvenanceConfig(enabled=True, folds=1, min_group_records=2, random_controls=4, draws=20,
                                   cell_support_sensitivity=True, c_grid=(1.0,), association_levels=(1.0, -1.0),
                                   ranks=(1,))
-    return replace(cfg, protocol=p, cohort=cohort, provenance=provenance,
+    return replace(cfg, protocol=p, cohort=cohort, provenance=provenance, features=FeaturesConfig(enabled=False),
+                   secondary=replace(SecondaryConfig.demo(), analyses=()),  # not what these tests are about
                    encoders=replace(cfg.encoders, min_actors=1, max_actors=1, batch_size=32)).validate()
 
 
 def _check_run(cfg, lines: list[str], n_concepts: int) -> dict:
+    """540/540 cells ok, the release audit PASS, the manifest's concepts, provenance rows for site and device."""
     layout = RunLayout.at(cfg.run_dir)
-    assert any("540/540" in ln or ("450/450 cells" in ln and "90/90 cells" in ln and "PASS" in ln)
+    assert any("450/450 cells" in ln and "sensitivity arm 90/90 cells" in ln and ln.endswith("PASS")
                for ln in lines), lines
     cells = pd.read_parquet(layout.tables_dir / "cells.parquet")
     assert len(cells) == 540 and (cells["status"] == "ok").all()
-    audit = json.loads((layout.tables_dir / "audit.json").read_text())
-    assert audit.get("passed", audit.get("status") == "PASS") is True or "PASS" in json.dumps(audit)
+    assert json.loads((layout.tables_dir / "audit.json").read_text())["passed"] is True
     summary = json.loads(layout.manifest_summary.read_text())
-    assert summary["cohort"] == "wfdb" and len(summary["concepts"]) == n_concepts
+    assert summary["cohort"] == "wfdb" and summary["concept_source"] == "waveform49"
+    assert len(summary["concepts"]) == n_concepts
     verdicts = pd.read_parquet(layout.tables_dir / "provenance_verdicts.parquet")
-    assert {"site", "device"} <= set(verdicts["variable"]), verdicts
+    assert sorted(set(verdicts["variable"])) == ["device", "site"] and len(verdicts) == 2 * 30  # 6 models x 5 depths
+    assert (verdicts["verdict"] != "failed").all(), verdicts["reason"].tolist()[:3]
     return summary
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # about 4 min on an idle 2-core VM; the suite's 600 s default is too tight under load
 def test_grid_on_the_ptbxl_sample_as_a_challenge_folder(ptbxl_sample, tmp_path, ray_cluster):
     folder = ptbxl_challenge_folder(ptbxl_sample, tmp_path / "cohort")
     assert not (folder / "ptbxl_database.csv").exists()
@@ -65,6 +71,7 @@ def test_grid_on_the_ptbxl_sample_as_a_challenge_folder(ptbxl_sample, tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_grid_on_a_challenge_layout_synthetic_cohort(tmp_path, ray_cluster):
     from raybench.app.cli import main
 
