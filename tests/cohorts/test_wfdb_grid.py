@@ -85,3 +85,25 @@ def test_grid_on_a_challenge_layout_synthetic_cohort(tmp_path, ray_cluster):
     run_pipeline(cfg, echo=lines.append)
     summary = _check_run(cfg, lines, 49)
     assert summary["records"] == 90 and summary["credentialed"] is True
+
+
+def test_the_readme_wfdb_commands_build_a_49_concept_manifest(tmp_path, monkeypatch, ray_cluster):
+    """README's three `kind: wfdb` lines as written (fewer records; the grid stopped after the manifest)."""
+    import shlex
+    import subprocess
+
+    from raybench.app.cli import main
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme[readme.index("raybench cohort synth --layout challenge"):]
+    lines = [ln.strip() for ln in block[:block.index("```")].splitlines() if ln.strip()]
+    assert len(lines) == 3 and lines[1].startswith("printf ") and lines[2].startswith("raybench grid ")
+    monkeypatch.chdir(tmp_path)
+    synth = shlex.split(lines[0].replace("--records 300 --patients 100", "--records 24 --patients 12"))
+    assert CliRunner().invoke(main, synth[1:]).exit_code == 0
+    subprocess.run(["bash", "-c", lines[1]], check=True)
+    res = CliRunner().invoke(main, [*shlex.split(lines[2])[1:], "--until", "manifest"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "runs" / "wfdb" / "manifest" / "summary.json").read_text())
+    assert summary["records"] == 24 and summary["concept_source"] == "waveform49" and len(summary["concepts"]) == 49
+    assert summary["patient_source"] == "header key #Patient" and summary["credentialed"] is True
