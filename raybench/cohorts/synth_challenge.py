@@ -60,9 +60,10 @@ def write_challenge_record(folder: Path, name: str, digital: np.ndarray, fs: flo
     return folder / name
 
 
-def dx_of(scp_codes: str) -> str:
-    """A PTB-XL-style `scp_codes` cell -> the `#Dx` codes of its superclasses and rhythm."""
-    codes = [DX_CODE[c] for c in record_superclasses([scp_codes], None)[0].split(";") if c in DX_CODE]
+def dx_of(scp_codes: str, classes: dict[str, str] | None = None) -> str:
+    """A PTB-XL-style `scp_codes` cell -> the `#Dx` codes of its superclasses and rhythm; `classes`: PTB-XL's
+    statement -> superclass table (raybench.cohorts.diagnostics.statement_classes), else superclass names only."""
+    codes = [DX_CODE[c] for c in record_superclasses([scp_codes], classes)[0].split(";") if c in DX_CODE]
     if "AFIB" in parse_codes(scp_codes):
         codes.append(DX_CODE["AFIB"])
     return ",".join(codes) or "Unknown"

@@ -40,3 +40,4 @@ def test_dx_codes_of_the_synthetic_statements():
     assert dx_of("{'NORM': 100.0, 'SR': 0.0}") == "426783006"
     assert dx_of("{'AFIB': 100.0}") == "164889003"
     assert dx_of("{'IMI': 100.0}") == "Unknown"  # without scp_statements.csv only superclass names map
+    assert dx_of("{'IMI': 100.0, 'LVH': 50.0}", {"IMI": "MI", "LVH": "HYP"}) == "164873001,164865005"

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from raybench.cohorts.diagnostics import statement_classes
 from raybench.cohorts.synth_challenge import dx_of, write_challenge_record
 
 LEADS = ("I", "II", "III", "aVR", "aVL", "aVF", "V1", "V2", "V3", "V4", "V5", "V6")
@@ -60,6 +61,7 @@ def ptbxl_challenge_folder(sample: Path, dest: Path, n: int | None = None) -> Pa
     and `dest/patients.csv` (record, patient_id, site, device, recording_date). No ptbxl_database.csv."""
     db = pd.read_csv(sample / "ptbxl_database.csv", dtype=str, keep_default_na=False)
     db = db.head(n) if n is not None else db
+    classes = statement_classes(sample / "scp_statements.csv")
     rows = []
     for row in db.itertuples(index=False):
         src = sample / row.filename_hr
@@ -69,7 +71,7 @@ def ptbxl_challenge_folder(sample: Path, dest: Path, n: int | None = None) -> Pa
         shutil.copyfile(src.with_suffix(".dat"), folder / f"{name}.dat")
         sex = {"0": "Male", "1": "Female"}.get(row.sex, "Unknown")
         header = src.with_suffix(".hea").read_text().rstrip("\n")
-        header += f"\n#Age: {row.age.split('.')[0] or 'Unknown'}\n#Sex: {sex}\n#Dx: {dx_of(row.scp_codes)}\n"
+        header += f"\n#Age: {row.age.split('.')[0] or 'Unknown'}\n#Sex: {sex}\n#Dx: {dx_of(row.scp_codes, classes)}\n"
         (folder / f"{name}.hea").write_text(header + "#Rx: Unknown\n#Hx: Unknown\n#Sx: Unknown\n")
         rows.append({"record": name, "patient_id": row.patient_id, "site": f"site{row.site.split('.')[0]}",
                      "device": row.device, "recording_date": row.recording_date})
