@@ -1,18 +1,20 @@
 """Check the waveform49 measurements against references no part of raybench's measurement wrote.
 
-    python bench/concepts_validation.py [--synth-records 1500] [--real ../shared/ptbxl-validation] [--boot 2000]
+    python bench/concepts_validation.py [--synth-records 1500] [--real PTBXL_FOLDER ...] [--boot 2000]
 
 (a) synthetic: each of the 49 concepts measured on a generated synthetic cohort (`raybench cohort synth`,
     as Ray tasks through the waveform49 manifest builder) against the generator's ground truth
     (ground_truth.csv, `raybench.cohorts.synth_truth`): Pearson r and median absolute error in the concept's
-    unit (axes compared on the circle). Goal: r >= 0.9 for every RATE_RHYTHM, INTERVAL, AXIS and
-    AMPLITUDE concept.
+    unit (axes compared on the circle), and r of the absolute values (a concept's signed lead-group extreme
+    flips sign when two leads of opposite sign are nearly equal; r_of_abs shows whether that is all).
+    Goal: r >= 0.9 for every RATE_RHYTHM, INTERVAL, AXIS and AMPLITUDE concept.
 (b) real: PTB-XL records (records500) against the statements cardiologists wrote in ptbxl_database.csv
     (scp_codes, heart_axis): AUC of one measured concept separating a statement's records from the
     comparison group, with a percentile interval from a bootstrap that resamples each group, for waveform49
     and beside it for the seven-concept extractors (refined, published) where they measure the concept.
     Goal: AUC >= 0.9 for the interval, rate, rhythm and axis pairs.
-(c) speed: the manifest build's records/s (Ray tasks, --cpus) and one process's records/s.
+(c) speed: the manifest build's records/s (Ray tasks, --cpus), its tasks' records per CPU-second (what a
+    loaded machine does not change), and one process's records/s.
 A folder that is absent is skipped with a line saying so.
 """
 
@@ -38,7 +40,6 @@ from raybench.cohorts.waveform49.measures import concepts49, per_lead
 from raybench.cohorts.waveform_concepts import measure_signal
 from raybench.cohorts.waveforms import LEADS, read_record
 
-ROOT = Path(__file__).resolve().parents[1]
 GOAL_FAMILIES = ("RATE_RHYTHM", "INTERVAL", "AXIS", "AMPLITUDE")
 UNITS = {"RATE_RHYTHM": "bpm|ms|0/1", "INTERVAL": "ms", "AXIS": "deg", "AMPLITUDE": "uV|uV*ms", "ST_T": "uV|uV*ms|ms"}
 # (label, concept, positive statements, comparison, sign: +1 higher = positive, goal applies)
@@ -93,7 +94,12 @@ def synth_table(cohort: Path, manifest: Path, cpus: int) -> tuple[pd.DataFrame, 
     """(a): build the waveform49 manifest (timed) and compare its raw concepts with ground_truth.csv."""
     from raybench.cohorts.manifest import load_manifest
     from raybench.cohorts.ptbxl import build_synth_manifest
+    from raybench.core.config import ResourceConfig
+    from raybench.infra.ray_session import init_ray
 
+    t0 = time.perf_counter()
+    init_ray(ResourceConfig(num_cpus=cpus))  # started once per run by `raybench grid`: timed apart
+    ray_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     build_synth_manifest(cohort, manifest, concepts="waveform49", num_cpus=cpus)
     build_s = time.perf_counter() - t0
@@ -105,15 +111,21 @@ def synth_table(cohort: Path, manifest: Path, cpus: int) -> tuple[pd.DataFrame, 
         if family_of(name) == "AXIS" and name != "qrst_angle":
             got = circular(got, want)
         ok = np.isfinite(got) & np.isfinite(want)
-        r = float(np.corrcoef(got[ok], want[ok])[0, 1]) if ok.sum() > 2 and np.std(want[ok]) > 0 else math.nan
+        r, r_abs = _pearson(got[ok], want[ok]), _pearson(np.abs(got[ok]), np.abs(want[ok]))
         fam = family_of(name)
-        rows.append({"concept": name, "family": fam, "n": int(ok.sum()), "r": r,
+        rows.append({"concept": name, "family": fam, "n": int(ok.sum()), "r": r, "r_of_abs": r_abs,
                      "median_abs_err": float(np.median(np.abs(got[ok] - want[ok]))) if ok.any() else math.nan,
                      "median_err": float(np.median(got[ok] - want[ok])) if ok.any() else math.nan,
                      "unit": UNITS[fam], "goal": "r>=0.9" if fam in GOAL_FAMILIES else "-",
                      "meets": (r >= 0.9) if fam in GOAL_FAMILIES else None})
-    speed = {"records": int(len(df)), "manifest_s": build_s, "records_per_s": len(df) / build_s, "cpus": cpus}
+    cpu = json.loads((manifest / "summary.json").read_text())["waveform49_cpu"]
+    speed = {"records": int(len(df)), "manifest_s": build_s, "records_per_s": len(df) / build_s, "cpus": cpus,
+             "ray_start_s": ray_s, "records_per_cpu_s": cpu["records_per_cpu_s"]}
     return pd.DataFrame(rows), speed
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.corrcoef(a, b)[0, 1]) if a.size > 2 and np.std(a) > 0 and np.std(b) > 0 else math.nan
 
 
 def _statements(db: pd.DataFrame) -> list[set[str]]:
@@ -126,9 +138,11 @@ def _statements(db: pd.DataFrame) -> list[set[str]]:
     return out
 
 
-def measure_real(folder: Path) -> tuple[pd.DataFrame, dict]:
-    """Every record of one PTB-XL folder: waveform49 + Sokolow-Lyon, and both seven-concept extractors."""
+def measure_real(folder: Path, limit: int | None = None) -> tuple[pd.DataFrame, dict]:
+    """Every record of one PTB-XL folder (the first `limit`): waveform49 + Sokolow-Lyon, both seven-concept
+    extractors."""
     db = pd.read_csv(folder / "ptbxl_database.csv")
+    db = db.head(limit) if limit else db
     rows, times = [], {"waveform49": 0.0, "refined": 0.0, "published": 0.0}
     v1, v5, v6 = LEADS.index("V1"), LEADS.index("V5"), LEADS.index("V6")
     for ecg_id, rel, stm in zip(db["ecg_id"], db["filename_hr"], _statements(db), strict=True):
@@ -191,8 +205,8 @@ def main() -> None:
     ap.add_argument("--synth-records", type=int, default=1500)
     ap.add_argument("--synth-patients", type=int, default=500)
     ap.add_argument("--real", type=Path, action="append", default=None,
-                    help="PTB-XL folder(s) with statements (default $RAYBENCH_PTBXL_VALIDATION, else "
-                         "../shared/ptbxl-validation)")
+                    help="PTB-XL folder(s) with statements (default: $RAYBENCH_PTBXL_VALIDATION when set)")
+    ap.add_argument("--real-records", type=int, default=None, help="only the first N records of each folder")
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cpus", type=int, default=2)
@@ -216,14 +230,20 @@ def main() -> None:
         print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         print(f"short of r >= 0.9: {', '.join(short['concept']) or 'none'}")
         print(f"\n(c) speed: waveform49 manifest of {speed['records']} records in {speed['manifest_s']:.1f} s = "
-              f"{speed['records_per_s']:.0f} records/s (Ray tasks, {args.cpus} CPUs, incl. reading and the manifest)")
+              f"{speed['records_per_s']:.0f} records/s (Ray tasks, {args.cpus} CPUs, incl. reading and the manifest; "
+              f"Ray itself started in {speed['ray_start_s']:.1f} s before); the tasks' CPU time: "
+              f"{speed['records_per_cpu_s']:.0f} records per CPU-second, i.e. "
+              f"{speed['records'] / (args.cpus * speed['records_per_cpu_s']):.1f} s of measurement on {args.cpus} "
+              f"idle cores")
         report["synth"], report["speed_manifest"] = table.to_dict("records"), speed
-    default = os.environ.get("RAYBENCH_PTBXL_VALIDATION", str(ROOT.parent / "shared" / "ptbxl-validation"))
-    for folder in args.real or [Path(default)]:
+    default = os.environ.get("RAYBENCH_PTBXL_VALIDATION")
+    if not args.real and not default:
+        print("\n(b) real: no PTB-XL folder given (--real DIR or RAYBENCH_PTBXL_VALIDATION); skipped")
+    for folder in args.real or ([Path(default)] if default else []):
         if not (folder / "ptbxl_database.csv").exists():
             print(f"\n(b) real: {folder} absent; skipped")
             continue
-        measured, speed = measure_real(folder)
+        measured, speed = measure_real(folder, args.real_records)
         table = real_table(measured, args.boot, args.seed)
         print(f"\n(b) real: {len(measured)} records of {folder.name} vs the cardiologists' statements "
               f"(AUC [95% bootstrap interval, {args.boot} draws] n=positives/comparison)")

@@ -8,7 +8,7 @@ cohort-specific record-level columns (MIMIC's `mm_<name>` cross-check values; PT
 synthetic cohort's `diagnostic_superclasses`, raybench.cohorts.diagnostics; a `wfdb` cohort's header
 metadata and `record_samples`, a record's full length when it is longer than the window,
 raybench.cohorts.wfdb_cohort). Schema metadata: raybench.root, raybench.concepts (JSON list), raybench.concept_source
-(tables|waveform|none), raybench.manifest_hash (content hash of keys, paths, splits, rates and raw
+(tables|waveform|waveform49|none), raybench.manifest_hash (content hash of keys, paths, splits, rates and raw
 concepts; independent of where the data root lives). Beside it: summary.json (aggregates only) and
 quarantine.csv (ecg_id, path, reason, detail). All three are written atomically, the manifest last.
 
@@ -39,7 +39,8 @@ Bad input - what happens and why:
 - Concepts: "auto" uses PTB-XL+ tables when `features/12sl_features.csv` exists (ECGDeli concepts
   are dropped from the list, with a note, when `ecgdeli_features.csv` is absent), else the seven
   waveform-derived concepts (`raybench.cohorts.waveform_concepts`), with a note. Records the extractor
-  fails on keep NaN concepts and are counted in the summary.
+  fails on keep NaN concepts and are counted in the summary. "waveform49" measures the whole panel on the
+  waveform (`raybench.cohorts.waveform49`); each concept's missing count and reasons are in the summary.
 """
 
 from __future__ import annotations

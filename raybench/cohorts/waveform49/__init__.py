@@ -20,33 +20,19 @@ peaks, ends), `measures` (the 49 values), `runner` (Ray tasks over manifest rows
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
+from typing import Any
 
-from raybench.cohorts.extractor_rules import quiet
-from raybench.cohorts.waveform49.beats import record_beats
-from raybench.cohorts.waveform49.delineation import delineate
-from raybench.cohorts.waveform49.measures import concepts49
+import pandas as pd
+
+from raybench.cohorts.waveform49.measures import measure_signal49, measure_signal49_reasons
 
 __all__ = ["measure_signal49", "measure_signal49_reasons", "waveform49_values"]
 
 
-def measure_signal49_reasons(signal: np.ndarray, fs: float) -> tuple[dict[str, float], dict[str, str]]:
-    """(the 49 concepts of one [12, T] mV signal, the reason of each NaN); ConceptError if unmeasurable."""
-    sig = np.asarray(signal, dtype=np.float64)
-    if sig.ndim != 2 or sig.shape[0] != 12:
-        raise ValueError(f"signal must be [12, T] in LEADS order, got shape {sig.shape}")
-    with quiet():
-        beats = record_beats(sig, float(fs))
-        return concepts49(beats, delineate(beats))
-
-
-def measure_signal49(signal: np.ndarray, fs: float) -> dict[str, float]:
-    """The 49 concepts of one [12, T] mV signal (NaN where unmeasurable; module doc)."""
-    return measure_signal49_reasons(signal, fs)[0]
-
-
-def waveform49_values(*args, **kwargs):
-    """See `raybench.cohorts.waveform49.runner.waveform49_values` (imported lazily: it imports Ray)."""
+def waveform49_values(root: Path, records: pd.DataFrame, num_cpus: int | None, notes: list[str],
+                      summary: dict[str, Any]) -> pd.DataFrame:
+    """`raybench.cohorts.waveform49.runner.waveform49_values` (imported here on first use: the runner imports Ray)."""
     from raybench.cohorts.waveform49.runner import waveform49_values as run
 
-    return run(*args, **kwargs)
+    return run(root, records, num_cpus, notes, summary)

@@ -10,7 +10,7 @@ few milliseconds, so a 1,500-record manifest measures in seconds.
   QRS       the 12-lead slope energy (sum of squared first differences, smoothed over 80 ms) peaks once
             per QRS; peaks above 30 % of its 99th percentile, at least 250 ms apart, are the beats
   baseline  per beat, the flattest 20 ms (least 12-lead slope) 40-140 ms before the energy peak is the PR
-            segment; its level per lead, joined by straight lines from beat to beat, is subtracted. Unlike a
+            segment; its level per lead, joined by a cubic spline from beat to beat, is subtracted. Unlike a
             high-pass filter this leaves no undershoot after large waves, which would read as P or T wave
   template  per lead, the sample-wise median of the beats' windows [-PRE_MS, +POST_MS] around each peak
 """
@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import signal as sps
+from scipy.interpolate import CubicSpline
 from scipy.ndimage import uniform_filter1d
 
 from raybench.cohorts.extractor_rules import ConceptError
@@ -93,7 +94,7 @@ def qrs_peaks(x: np.ndarray) -> np.ndarray:
 
 
 def remove_baseline(x: np.ndarray, peaks: np.ndarray) -> np.ndarray:
-    """x minus the line through each beat's PR-segment level (module doc), per lead."""
+    """x minus the spline through each beat's PR-segment level (module doc), per lead."""
     slope = uniform_filter1d(np.abs(np.diff(x, axis=1)).sum(0), ms(20.0))
     lo, hi = ms(KNOT_MS[0]), ms(KNOT_MS[1])
     ok = peaks[(peaks + lo - ms(10.0) >= 0)]
@@ -103,8 +104,10 @@ def remove_baseline(x: np.ndarray, peaks: np.ndarray) -> np.ndarray:
     knots = cand[np.arange(cand.shape[0]), slope[cand].argmin(1)]
     win = knots[:, None] + np.arange(-ms(10.0), ms(10.0))[None, :]
     levels = x[:, win].mean(2)  # [12, knots]
-    t = np.arange(x.shape[1])
-    return x - np.stack([np.interp(t, knots, lv) for lv in levels])
+    if knots.size == 1:
+        return x - levels
+    t = np.clip(np.arange(x.shape[1]), knots[0], knots[-1])  # constant beyond the first and last knot
+    return x - CubicSpline(knots, levels, axis=1)(t)
 
 
 def record_beats(sig: np.ndarray, fs: float) -> Beats:

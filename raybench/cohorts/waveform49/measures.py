@@ -4,12 +4,15 @@ Units are the PTB-XL+ tables' (the panel's): amplitudes in microvolts, areas in 
 intervals in ms, rates in beats/min, axes in degrees in (-180, 180]. Amplitudes are read on the median
 beat above the isoelectric level (the PR segment's end):
   P        the signed extreme between P onset and P end (0, with area 0, when no P wave is found)
-  Q, R, S  R = the largest positive value in the QRS (0 if none); Q / S = the most negative value before /
-           after the R peak (0 if none); QRS balance = Q + R + S; QRS area = net area onset -> J
+  Q, R, S  R peak = the QRS sample highest above the line from the QRS onset level to the J level; R = its
+           value (0 if negative); Q / S = the most negative value before / after it (0 if none);
+           QRS balance = Q + R + S; QRS area = net area onset -> J
   T        the signed extreme of (value - ST level) between T onset and T end, i.e. above the ST level
   ST       ST amplitude at J + 40 ms, ST elevation at the J point
 Frontal axes are the direction of the (lead I, lead II, lead III) projection fitted by least squares
-(hexaxial angles 0, 60, 120 degrees) to the QRS net area, the P area and the T amplitude. Then the
+(hexaxial angles 0, 60, 120 degrees) to the net QRS deflection (Q + R + S, the bedside method; it
+tracked the cardiologists' left-axis statements more closely than the net area did), the P area and the
+T amplitude. Then the
 panel's lead-group aggregations (`raybench.cohorts.panel`) apply unchanged.
 """
 
@@ -19,9 +22,10 @@ import math
 
 import numpy as np
 
+from raybench.cohorts.extractor_rules import quiet
 from raybench.cohorts.panel import CONCEPTS, LEAD_GROUPS, concept_names, qrst_angle, signed_absmax
-from raybench.cohorts.waveform49.beats import FS, Beats
-from raybench.cohorts.waveform49.delineation import Delineation
+from raybench.cohorts.waveform49.beats import FS, Beats, record_beats
+from raybench.cohorts.waveform49.delineation import Delineation, delineate
 from raybench.cohorts.waveforms import LEADS
 
 DT_MS = 1000.0 / FS
@@ -50,9 +54,12 @@ def signed_extreme(y: np.ndarray, lo: int, hi: int) -> np.ndarray:
 def qrs_amplitudes(y: np.ndarray, on: int, off: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-lead Q, R, S (module doc), in y's unit."""
     seg = y[:, on:off + 1]
-    r_at = seg.argmax(1)
+    # the R peak stands highest above the line from the QRS onset level to the J level: a terminal ST elevation
+    # higher than a small r is then not taken for the R wave (which would turn the S into a Q)
+    frac = np.linspace(0.0, 1.0, seg.shape[1])[None, :]
+    r_at = (seg - (seg[:, :1] * (1.0 - frac) + seg[:, -1:] * frac)).argmax(1)
     cols = np.arange(seg.shape[1])[None, :]
-    r = np.maximum(seg.max(1), 0.0)
+    r = np.maximum(seg[np.arange(seg.shape[0]), r_at], 0.0)
     q = np.minimum(np.where(cols < r_at[:, None], seg, np.inf).min(1), 0.0)
     s = np.minimum(np.where(cols > r_at[:, None], seg, np.inf).min(1), 0.0)
     return q, r, s
@@ -108,7 +115,7 @@ def concepts49(b: Beats, d: Delineation) -> tuple[dict[str, float], dict[str, st
     g["qtc_fridericia"] = g["qt_interval"] / rr_s ** (1.0 / 3.0)
     g["qtc_framingham"] = g["qt_interval"] + 154.0 * (1.0 - rr_s)
     lead = per_lead(b, d)
-    g["qrs_axis_front"] = frontal_axis(lead["QRS_Area"][_LIMB3])
+    g["qrs_axis_front"] = frontal_axis(lead["QRS_Balance"][_LIMB3])
     g["p_axis_front"] = frontal_axis(lead["P_AreaFull"][_LIMB3]) if p_found else math.nan
     g["t_axis_front"] = frontal_axis(lead["T_Amp"][_LIMB3])
     g["qrst_angle"] = float(qrst_angle(g["qrs_axis_front"], g["t_axis_front"]))
@@ -130,3 +137,18 @@ def concepts49(b: Beats, d: Delineation) -> tuple[dict[str, float], dict[str, st
             g[name] = math.nan
             reasons.setdefault(name, "t_wave_not_delineated" if name.startswith(("t_", "qrst")) else "not_measurable")
     return {name: g[name] for name in concept_names()}, reasons
+
+
+def measure_signal49_reasons(signal: np.ndarray, fs: float) -> tuple[dict[str, float], dict[str, str]]:
+    """(the 49 concepts of one [12, T] mV signal, the reason of each NaN); ConceptError if unmeasurable."""
+    sig = np.asarray(signal, dtype=np.float64)
+    if sig.ndim != 2 or sig.shape[0] != 12:
+        raise ValueError(f"signal must be [12, T] in LEADS order, got shape {sig.shape}")
+    with quiet():
+        beats = record_beats(sig, float(fs))
+        return concepts49(beats, delineate(beats))
+
+
+def measure_signal49(signal: np.ndarray, fs: float) -> dict[str, float]:
+    """The 49 concepts of one [12, T] mV signal (NaN where unmeasurable; raybench.cohorts.waveform49 doc)."""
+    return measure_signal49_reasons(signal, fs)[0]

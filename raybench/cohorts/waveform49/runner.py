@@ -10,6 +10,7 @@ and is counted with its reason; every concept's own NaNs are counted with their 
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,16 +19,17 @@ import numpy as np
 import pandas as pd
 
 from raybench.cohorts.panel import concept_names
-from raybench.cohorts.waveform49 import measure_signal49_reasons
+from raybench.cohorts.waveform49.measures import measure_signal49_reasons
 from raybench.cohorts.waveforms import RecordError, read_record
 
 Row = tuple  # (ecg_id, path, fs) or (ecg_id, path, fs, window, record_samples)
 
 
 def measure_rows49(root: str, rows: list[Row]) -> tuple[list[tuple[Any, list[float], dict[str, str]]],
-                                                       list[tuple[Any, str, str]]]:
+                                                       list[tuple[Any, str, str]], float]:
     """Measure a chunk of (ecg_id, path, fs[, window, record_samples]): (values as (ecg_id, 49 floats, reasons),
-    failures). A record longer than the window is measured on its central window, as encoders see it."""
+    failures, CPU seconds). A record longer than the window is measured on its central window, as encoders see it."""
+    cpu0 = time.process_time()
     names = concept_names()
     values, failures = [], []
     for ecg_id, path, fs, *window in rows:
@@ -40,16 +42,17 @@ def measure_rows49(root: str, rows: list[Row]) -> tuple[list[tuple[Any, list[flo
             failures.append((ecg_id, err.reason, err.detail))
         except Exception as err:  # never lose the rest of the chunk to one unexpected error
             failures.append((ecg_id, "unexpected_error", f"{type(err).__name__}: {err}"))
-    return values, failures
+    return values, failures, time.process_time() - cpu0
 
 
 def measure49(root: str | Path, records: pd.DataFrame, num_cpus: int | None = None, chunk_size: int | None = None
-              ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Counter]]:
+              ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Counter], float]:
     """Every record of `records` (ecg_id, path, fs; optionally n_samples and record_samples) as Ray tasks.
 
     Returns (values indexed by ecg_id in input order, the 49 concept columns, NaN where unmeasured;
     record failures with ecg_id, reason, detail; per concept a Counter of the reasons of its NaNs,
-    record failures included).
+    record failures included; the CPU seconds the tasks spent reading and measuring, which unlike the
+    wall time does not depend on what else the machine runs).
     """
     import ray
 
@@ -86,8 +89,9 @@ def measure49(root: str | Path, records: pd.DataFrame, num_cpus: int | None = No
     table = np.full((len(ids), len(names)), np.nan)
     where = {e: k for k, e in enumerate(ids)}
     why: dict[str, Counter] = {n: Counter() for n in names}
-    fails = []
-    for values, failures in results:
+    fails, cpu_s = [], 0.0
+    for values, failures, cpu in results:
+        cpu_s += cpu
         for ecg_id, vals, reasons in values:
             table[where[ecg_id]] = vals
             for name, reason in reasons.items():
@@ -98,21 +102,24 @@ def measure49(root: str | Path, records: pd.DataFrame, num_cpus: int | None = No
                 why[name][f"record:{reason}"] += 1
     fails.sort(key=lambda f: where[f[0]])
     out = pd.DataFrame(table, index=pd.Index(ids, name="ecg_id"), columns=names)
-    return out, pd.DataFrame(fails, columns=["ecg_id", "reason", "detail"]), why
+    return out, pd.DataFrame(fails, columns=["ecg_id", "reason", "detail"]), why, cpu_s
 
 
 def waveform49_values(root: Path, records: pd.DataFrame, num_cpus: int | None, notes: list[str],
                       summary: dict[str, Any]) -> pd.DataFrame:
     """The 49 waveform concepts of `records` (ecg_id, path, fs), indexed by ecg_id, for a manifest builder.
 
-    summary gains `waveform49_missing` ({concept: {count, reasons}} for each concept with NaNs) and, when
+    summary gains `waveform49_missing` ({concept: {count, reasons}} for each concept with NaNs), `waveform49_cpu`
+    (records, CPU seconds, records per CPU second) and, when
     records fail as a whole, `waveform_concept_failures` ({count, reasons}); a note says both.
     """
     names = concept_names()
     if len(records) == 0:
         return pd.DataFrame(columns=names, index=pd.Index([], name="ecg_id"), dtype=np.float64)
     columns = ["ecg_id", "path", "fs", *(["n_samples", "record_samples"] if "record_samples" in records else [])]
-    values, failures, why = measure49(root, records[columns].reset_index(drop=True), num_cpus)
+    values, failures, why, cpu_s = measure49(root, records[columns].reset_index(drop=True), num_cpus)
+    summary["waveform49_cpu"] = {"records": int(len(records)), "cpu_s": round(cpu_s, 3),
+                                 "records_per_cpu_s": round(len(records) / cpu_s, 1) if cpu_s > 0 else None}
     missing = {n: {"count": int(sum(c.values())), "reasons": dict(c)} for n, c in why.items() if c}
     summary["waveform49_missing"] = missing
     if len(failures):
