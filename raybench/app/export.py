@@ -94,7 +94,7 @@ def export_run(run_dir: str | Path, dest: str | Path) -> ExportResult:
         raise ExportError(f"--to {dest} exists and is not an empty folder: export to a new folder")
     raw = _read_yaml(layout.run_yaml)
     kind = cohort_kind(layout, raw)
-    credentialed = is_credentialed(kind)
+    credentialed = is_credentialed(kind) and not (kind == "wfdb" and _declared_open(layout, raw))
     ids = _required_ids(layout, raw, kind) if credentialed else set()
     secrets = uri_secrets(layout.run_yaml.read_text()) if raw is not None else set()
 
@@ -212,6 +212,20 @@ def cohort_kind(layout: RunLayout, raw: dict[str, Any] | None) -> str:
                           "so the export cannot tell whether the cohort is credentialed: copy the whole run folder "
                           "(run.yaml and manifest/ included), then export again")
     return next((k for k in kinds if is_credentialed(k)), kinds[0])
+
+
+def _declared_open(layout: RunLayout, raw: dict[str, Any] | None) -> bool:
+    """A `wfdb` run is open data only when run.yaml says `cohort.credentialed: false` and the manifest's summary does
+    not say otherwise (the stricter of the two wins)."""
+    from raybench.core.run_state import run_section
+
+    if (run_section(raw, "cohort") or {}).get("credentialed") is not False:
+        return False
+    try:
+        summary = json.loads(layout.manifest_summary.read_text()) if layout.manifest_summary.is_file() else {}
+    except json.JSONDecodeError:
+        return False
+    return not isinstance(summary, dict) or summary.get("credentialed") is not True
 
 
 def _required_ids(layout: RunLayout, raw: dict[str, Any] | None, kind: str) -> set[bytes]:

@@ -25,14 +25,17 @@ def cohort() -> None:
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--bad-fraction", type=click.FloatRange(0.0, 0.5, max_open=True), default=0.0, show_default=True,
               help="Fraction of deliberately defective records (truncated, NaN/flat/missing lead, wrong rate).")
-def synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction: float) -> None:
-    """Write a PTB-XL-shaped synthetic cohort with known concept values (ground_truth.csv)."""
+@click.option("--layout", type=click.Choice(["ptbxl", "challenge"]), default="ptbxl", show_default=True,
+              help="ptbxl: PTB-XL's folders and tables; challenge: the PhysioNet Challenge's .mat + .hea with #Dx "
+                   "(a `cohort.kind: wfdb` folder; patients in #Patient).")
+def synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction: float, layout: str) -> None:
+    """Write a synthetic cohort with known concept values (ground_truth.csv), PTB-XL-shaped or Challenge-shaped."""
     from raybench.cohorts.stage import write_synth_cohort
 
     if patients > records:
         raise click.BadParameter(f"--patients ({patients}) must not exceed --records ({records})")
     start = time.perf_counter()
-    path = write_synth_cohort(out, records, patients, seed, bad_fraction)
+    path = write_synth_cohort(out, records, patients, seed, bad_fraction, layout)
     took = time.perf_counter() - start
     click.echo(f"wrote {records} records ({patients} patients) to {path} in {took:.1f} s "
                f"({records / took:.0f} records/s)")
@@ -107,3 +110,22 @@ def manifest_mimic(root: Path, out: Path, extractor: str, pool: str, admissions:
 
     _report(build_mimic_manifest(root, out, max_records=max_records, concept_extractor=extractor, record_pool=pool,
                                  admissions=admissions, rate_concept=rate_concept, concepts=concepts))
+
+
+@manifest.command("wfdb")
+@click.argument("root", type=_EXISTING)
+@click.option("--out", "out", type=_PATH, required=True, help="Output folder.")
+@click.option("--patients-csv", type=click.Path(path_type=Path), default=None,
+              help="CSV with columns record, patient_id (optional site, device, recording_date).")
+@click.option("--patient-key", default=None, help="Header comment key holding the patient id (#Patient: 12).")
+@click.option("--concepts", type=click.Choice(["auto", "waveform", "waveform49", "none"]), default="auto",
+              show_default=True, help="auto = waveform49: the 49-concept panel measured from the waveform; waveform: "
+                                      "the seven waveform concepts.")
+@click.option("--open-data", is_flag=True, help="The records are open data (cohort.credentialed: false).")
+def manifest_wfdb(root: Path, out: Path, patients_csv: Path | None, patient_key: str | None, concepts: str,
+                  open_data: bool) -> None:
+    """Manifest for any folder of 12-lead WFDB records (.hea + .dat or .mat, at any depth)."""
+    from raybench.cohorts.wfdb_cohort import build_wfdb_manifest
+
+    _report(build_wfdb_manifest(root, out, patients_csv=patients_csv, patient_key=patient_key, concepts=concepts,
+                                credentialed=not open_data))

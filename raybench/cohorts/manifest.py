@@ -5,15 +5,17 @@ split, site, device, path (WFDB record base relative to the data root, at the ch
 n_samples, `raw_<concept>` float64 (NaN when missing) and `<concept>` float32 (standardized with the
 train split's mean and population std, std floored at 1e-6; missing or non-finite -> 0), then any
 cohort-specific record-level columns (MIMIC's `mm_<name>` cross-check values; PTB-XL's and the
-synthetic cohort's `diagnostic_superclasses`, raybench.cohorts.diagnostics). Schema
-metadata: raybench.root, raybench.concepts (JSON list), raybench.concept_source
+synthetic cohort's `diagnostic_superclasses`, raybench.cohorts.diagnostics; a `wfdb` cohort's header
+metadata and `record_samples`, a record's full length when it is longer than the window,
+raybench.cohorts.wfdb_cohort). Schema metadata: raybench.root, raybench.concepts (JSON list), raybench.concept_source
 (tables|waveform|waveform49|none), raybench.manifest_hash (content hash of keys, paths, splits, rates and raw
 concepts; independent of where the data root lives). Beside it: summary.json (aggregates only) and
 quarantine.csv (ecg_id, path, reason, detail). All three are written atomically, the manifest last.
 
 This module holds the cohort-independent parts (metadata-table checks, standardization, hashing,
 writing, loading, `finish_manifest`); record checks are `raybench.cohorts.record_checks`. The cohorts:
-`raybench.cohorts.ptbxl` (PTB-XL/PTB-XL+ and the synthetic cohort) and `raybench.cohorts.mimic`.
+`raybench.cohorts.ptbxl` (PTB-XL/PTB-XL+ and the synthetic cohort), `raybench.cohorts.mimic` and
+`raybench.cohorts.wfdb_cohort` (any WFDB folder; its own bad-input rules are in its docstring).
 
 Bad input - what happens and why:
 - Record level (the record is left out, one quarantine row with a reason; other records proceed):

@@ -1,7 +1,8 @@
 """The cohort and manifest stages of `raybench grid` (see raybench.infra.stage for the contract).
 
 cohort: writes the synthetic cohort into the run folder, or checks that an external PTB-XL / MIMIC-IV-ECG
-folder is there. manifest: validates every record, attaches concepts and splits by patient.
+folder (or, for `wfdb`, any folder of records) is there. manifest: validates every record, attaches concepts
+and splits by patient.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def cohort_root(cfg: RunConfig) -> Path:
 
 def check_cohort(cfg: RunConfig) -> None:
     """An external cohort's folder and index table exist (the synthetic one is written by the stage)."""
+    if cfg.cohort.kind == "wfdb":  # any folder of records: the manifest finds them (and refuses an empty one)
+        if not cohort_root(cfg).is_dir():
+            raise CohortError(f"cohort.root {cohort_root(cfg)} is not a folder: set cohort.root to the folder that "
+                              "holds the WFDB records (.hea with .dat or .mat, at any depth)")
+        return
     index = COHORT_INDEX.get(cfg.cohort.kind)
     if index is None:
         return
@@ -42,18 +48,23 @@ def check_cohort(cfg: RunConfig) -> None:
                           f"that holds {index}")
 
 
-def write_synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction: float) -> Path:
-    """`raybench cohort synth`: the synthetic cohort in `out`; a folder that is not ours to replace is a
-    CohortError."""
+def write_synth_cohort(out: Path, records: int, patients: int, seed: int, bad_fraction: float,
+                       layout: str = "ptbxl") -> Path:
+    """`raybench cohort synth`: the synthetic cohort in `out` (layout ptbxl, or challenge: a `wfdb` folder); a folder
+    that is not ours to replace is a CohortError."""
     from raybench.cohorts.synth import generate_synth_cohort
+    from raybench.cohorts.synth_challenge import generate_challenge_cohort
 
+    write = generate_challenge_cohort if layout == "challenge" else generate_synth_cohort
     try:
-        return generate_synth_cohort(out, records, patients, seed, bad_fraction)
+        return write(out, records, patients, seed, bad_fraction)
     except FileExistsError as err:
         raise CohortError(str(err)) from None
 
 
 def cohort_complete(cfg: RunConfig) -> bool:
+    if cfg.cohort.kind == "wfdb":
+        return cohort_root(cfg).is_dir()
     if cfg.cohort.kind != "synth":
         return (cohort_root(cfg) / COHORT_INDEX[cfg.cohort.kind]).exists()
     return (RunLayout.at(cfg.run_dir).cohort_dir / "ptbxl_database.csv").exists()
@@ -88,6 +99,12 @@ def manifest_run(cfg: RunConfig, remote: str | None = None) -> str:
         build_mimic_manifest(Path(c.root), layout.manifest_dir, max_records=c.max_records,
                              concept_extractor=c.concept_extractor, record_pool=c.record_pool, admissions=c.admissions,
                              rate_concept=c.rate_concept, concepts=c.concepts)
+    elif cfg.cohort.kind == "wfdb":
+        from raybench.cohorts.wfdb_cohort import build_wfdb_manifest
+
+        c = cfg.cohort
+        build_wfdb_manifest(cohort_root(cfg), layout.manifest_dir, patients_csv=c.patients_csv,
+                            patient_key=c.patient_key, concepts=c.concepts, credentialed=c.credentialed)
     else:
         build_ptbxl_manifest(cohort_root(cfg), layout.manifest_dir, sampling_rate=cfg.cohort.sampling_rate,
                              concepts=cfg.cohort.concepts)

@@ -47,22 +47,25 @@ def measure_signal(signal: np.ndarray, fs: float, extractor: str = "refined") ->
     return measure_record(signal, fs)
 
 
-def measure_path(root: str | Path, rel_path: str, fs: float | None, extractor: str = "refined") -> dict[str, float]:
-    """Read one WFDB record (validated, LEADS order) and measure it; errors name the record."""
-    wave = read_record(root, rel_path, expect_fs=fs)
+def measure_path(root: str | Path, rel_path: str, fs: float | None, extractor: str = "refined",
+                 window: int | None = None, record_samples: int | None = None) -> dict[str, float]:
+    """Read one WFDB record (validated, LEADS order) and measure it; errors name the record. window and
+    record_samples: a record longer than the window is measured on its central window, as encoders see it."""
+    wave = read_record(root, rel_path, expect_fs=fs, expect_samples=window, record_samples=record_samples)
     try:
         return measure_signal(wave.signal, wave.fs, extractor)
     except ConceptError as err:
         raise ConceptError(err.reason, err.detail, record=rel_path) from err
 
 
-def measure_rows(root: str, rows: list[tuple[int, str, float | None]], extractor: str = "refined"
+def measure_rows(root: str, rows: list[tuple], extractor: str = "refined"
                  ) -> tuple[list[tuple[int, dict[str, float]]], list[tuple[int, str, str]]]:
-    """Measure a chunk of (ecg_id, path, fs); returns (values, failures as (ecg_id, reason, detail))."""
+    """Measure a chunk of (ecg_id, path, fs[, window, record_samples]); returns (values, failures as (ecg_id,
+    reason, detail))."""
     values, failures = [], []
-    for ecg_id, path, fs in rows:
+    for ecg_id, path, fs, *window in rows:
         try:
-            values.append((ecg_id, measure_path(root, path, fs, extractor)))
+            values.append((ecg_id, measure_path(root, path, fs, extractor, *window)))
         except RecordError as err:
             failures.append((ecg_id, err.reason, err.detail))
         except Exception as err:  # never lose the rest of the chunk to one unexpected error
@@ -75,7 +78,8 @@ def extract_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None = N
     """Measure every record as Ray tasks over chunks (`extractor`: refined | published, module doc).
 
     records: columns ecg_id, path (relative to root, no extension), fs (expected Hz; NaN/None skips
-    the check). num_cpus: at most this many tasks in flight (default: the cluster's CPUs); also used
+    the check), optionally n_samples and record_samples (a longer record is measured on its central
+    window). num_cpus: at most this many tasks in flight (default: the cluster's CPUs); also used
     when Ray must be started here. Returns (concepts indexed by ecg_id in input order with the seven
     WAVEFORM_CONCEPTS columns, NaN where unmeasured; failures with ecg_id, reason, detail).
     Runs where the data lives: concept values are record-level and stay in the user's environment.
@@ -97,6 +101,9 @@ def extract_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None = N
     ids = records["ecg_id"].to_numpy()
     rows = [(_as_id(e), str(p), None if f is None or pd.isna(f) else float(f))
             for e, p, f in zip(ids, records["path"], records["fs"], strict=True)]
+    if "record_samples" in records.columns:  # records longer than the window: measured on the central window
+        rows = [(*r, int(n), int(full)) for r, n, full in zip(rows, records["n_samples"], records["record_samples"],
+                                                              strict=True)]
     slots = max(1, int(num_cpus or ray.cluster_resources().get("CPU", 1)))
     if chunk_size is None:  # ~4 chunks per slot for balance, at most 64 records each
         chunk_size = max(1, min(64, math.ceil(len(rows) / (4 * slots))))
@@ -132,7 +139,8 @@ def waveform_concept_values(root: Path, records: pd.DataFrame, num_cpus: int | N
     """
     if len(records) == 0:
         return pd.DataFrame(columns=list(WAVEFORM_CONCEPTS), index=pd.Index([], name="ecg_id"), dtype=np.float64)
-    values, failures = extract_concepts(root, records[["ecg_id", "path", "fs"]].reset_index(drop=True),
+    columns = ["ecg_id", "path", "fs", *(["n_samples", "record_samples"] if "record_samples" in records else [])]
+    values, failures = extract_concepts(root, records[columns].reset_index(drop=True),
                                         num_cpus=num_cpus, extractor=extractor)
     if len(failures):
         reasons = dict(Counter(failures["reason"].astype(str)))

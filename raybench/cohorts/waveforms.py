@@ -15,6 +15,9 @@ silent: `Waveform.notes` says it (the extraction writes the notes into the store
   rate/length against what the manifest says: `rate_mismatch`, `length_mismatch`. Any rate and length
               the manifest agrees with is read as is; each model's preprocessing resamples / pads it (and
               notes that).
+  window      a record longer than the protocol's window (a `wfdb` cohort's 60 s record) is read whole,
+              checked against its full length (`record_samples`), and cut to the central window
+              (`window_start`, docs/protocol.md §2.7), with a note.
 """
 
 from __future__ import annotations
@@ -165,9 +168,20 @@ def _read_format16(base: Path) -> tuple[np.ndarray, float, int | None, list[str]
     return physical, fs, sig_len, names, units
 
 
+def window_start(total: int, window: int) -> int:
+    """Where the protocol's window starts in a longer record: the central `window` samples (docs/protocol.md
+    §2.7), so the filters' settling at the start and an electrode lifted at the end fall outside it."""
+    if not 0 < window <= total:
+        raise ValueError(f"window {window} must be in 1..{total} (the record's length)")
+    return (total - window) // 2
+
+
 def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
-                expect_samples: int | None = None) -> Waveform:
-    """Load `root/rel_path` (.hea/.dat), reorder leads, and check rate, shape and values."""
+                expect_samples: int | None = None, record_samples: int | None = None) -> Waveform:
+    """Load `root/rel_path` (.hea/.dat), reorder leads, and check rate, shape and values.
+
+    record_samples: the record's full length when it is longer than `expect_samples` (the manifest's window);
+    the record must hold exactly that many and is cut to its central `expect_samples` (`window_start`)."""
     base = resolve_record_path(root, rel_path)
     if not base.with_suffix(".hea").exists():
         raise RecordError(rel_path, "missing_header", f"header {base}.hea not found; check the data root")
@@ -195,10 +209,16 @@ def read_record(root: str | Path, rel_path: str, expect_fs: float | None = None,
     if expect_fs is not None and abs(float(fs) - expect_fs) > 1e-6:
         raise RecordError(rel_path, "rate_mismatch",
                           f"sampling rate {fs} Hz, expected {expect_fs} Hz; use the matching records folder")
-    if expect_samples is not None and sig.shape[0] != expect_samples:
-        raise RecordError(rel_path, "length_mismatch",
-                          f"{sig.shape[0]} samples, expected {expect_samples}; the record is truncated or mislabeled")
     notes: list[str] = []
+    cropped = expect_samples is not None and record_samples is not None and record_samples > expect_samples
+    full = record_samples if cropped else expect_samples
+    if full is not None and sig.shape[0] != full:
+        raise RecordError(rel_path, "length_mismatch",
+                          f"{sig.shape[0]} samples, expected {full}; the record is truncated or mislabeled")
+    if cropped:
+        start = window_start(sig.shape[0], int(expect_samples))
+        sig = sig[start:start + int(expect_samples)]
+        notes.append(f"cropped {full} -> {expect_samples} samples (the central window, from sample {start})")
     index = _lead_index(rel_path, sig_names, notes)
     factors = _mv_factors(rel_path, [sig_units[index[lead]] for lead in LEADS], notes)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -61,11 +61,12 @@ __all__ = [
     "load_run_config", "paper_native_protocol", "paper_native_run", "paper_protocol", "paper_run", "to_dict",
 ]
 
-CohortKind = Literal["synth", "ptbxl", "mimic"]
-"""Where records come from: synth (generated), ptbxl (PTB-XL, §2.1), mimic (MIMIC-IV-ECG, §2.3)."""
+CohortKind = Literal["synth", "ptbxl", "mimic", "wfdb"]
+"""Where records come from: synth (generated), ptbxl (PTB-XL, §2.1), mimic (MIMIC-IV-ECG, §2.3), wfdb (any folder
+of 12-lead WFDB records, §2.7)."""
 ConceptSource = Literal["auto", "tables", "waveform", "waveform49", "none"]
-"""Which concepts a cohort carries: auto (feature tables if present, else waveform-derived), tables, waveform (the
-seven waveform concepts), waveform49 (the 49-concept panel measured from the waveform, §4.4), none."""
+"""Which concepts a cohort carries: auto (feature tables if present, else waveform-derived; wfdb: waveform49), tables,
+waveform (the seven waveform concepts), waveform49 (the 49-concept panel measured from the waveform, §4.4), none."""
 ConceptExtractor = Literal["published", "refined"]
 """MIMIC waveform concept extractor: published (the protocol's code) or refined (raybench's) (§4.3)."""
 RecordPool = Literal["published", "all"]
@@ -106,7 +107,8 @@ class CohortConfig:
     """ptbxl only: which waveform folder is read, in Hz (records500 or records100). Published: 500."""
     concepts: ConceptSource = "auto"
     """Concept source. Published: tables for PTB-XL (PTB-XL+ features), waveform for MIMIC-IV-ECG (§3, §4).
-    waveform49 (ptbxl, mimic, synth): the 49-concept panel measured from the waveform (§4.4)."""
+    waveform49 (ptbxl, mimic, synth): the 49-concept panel measured from the waveform (§4.4); what auto means for
+    wfdb (§2.7)."""
     max_records: int | None = 100_000
     """mimic only: record pool size; None: every eligible study. Published: 100,000 (§2.3)."""
     concept_extractor: ConceptExtractor = "published"
@@ -118,6 +120,15 @@ class CohortConfig:
     admissions: str | None = None
     """mimic only: path of MIMIC-IV hosp/admissions.csv.gz, which the ICD link needs; None: the link is not
     applied (the summary says so)."""
+    patients_csv: str | None = None
+    """wfdb only: a CSV mapping each record to its patient (columns record, patient_id; optional site, device,
+    recording_date); a relative path is read under cohort.root (§2.7). None: patient ids from `patient_key`."""
+    patient_key: str | None = None
+    """wfdb only: the header comment key holding the patient id (`#Patient: 12`) when there is no CSV; None and
+    no CSV: each record is its own patient, with a warning (§2.7)."""
+    credentialed: bool = True
+    """wfdb only: the records' identifiers must stay in the user's environment (aggregate-only export, failure
+    text withheld); false for open data (§2.7). Other kinds: mimic is credentialed, ptbxl and synth are open."""
 
     def validate(self) -> None:
         check_choices(self, "cohort")
@@ -131,6 +142,13 @@ class CohortConfig:
                               "every synthetic patient has at least one record")
         if not 0.0 <= self.bad_fraction < 0.5:
             raise ConfigError(f"cohort.bad_fraction must be in [0, 0.5), got {self.bad_fraction}")
+        if self.kind == "wfdb" and self.concepts == "tables":
+            raise ConfigError("cohort.concepts: tables needs PTB-XL+ feature tables, which a wfdb cohort has none of; "
+                              "use auto, waveform or none")
+        wfdb_only = [k for k in ("patients_csv", "patient_key") if getattr(self, k) is not None]
+        if self.kind != "wfdb" and (wfdb_only or not self.credentialed):
+            raise ConfigError(f"cohort.{(wfdb_only or ['credentialed'])[0]} is a wfdb cohort setting; remove it or "
+                              "set cohort.kind: wfdb")
 
 
 @dataclass(frozen=True)
@@ -261,6 +279,10 @@ class RunConfig:
                                if k not in ("batch_size", "num_gpus", "min_actors", "max_actors", "stall_timeout_s")}
         if payload["cohort"].get("kind") != "mimic":  # hashed for mimic only (CHANGELOG.md, issue 30)
             payload["cohort"].pop("rate_concept", None)
+        payload["cohort"].pop("credentialed", None)  # who may see the results, not what they are
+        if payload["cohort"].get("kind") != "wfdb":  # wfdb only, added later: other runs keep their hash
+            for key in ("patients_csv", "patient_key"):
+                payload["cohort"].pop(key, None)
         return payload
 
     def config_hash(self) -> str:

@@ -20,7 +20,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-CREDENTIALED_KINDS = frozenset({"mimic"})  # cohort kinds whose record identifiers must not leave the environment
+# cohort kinds whose record identifiers must not leave the environment; `wfdb` unless its config says
+# `cohort.credentialed: false` (open data)
+CREDENTIALED_KINDS = frozenset({"mimic", "wfdb"})
 WITHHELD = "message withheld: credentialed cohort"
 MESSAGE_LIMIT = 300
 
@@ -37,19 +39,24 @@ _REDUCED = re.compile(rf"(?:failed: )?(\S+) \({re.escape(WITHHELD)}; \d+ identif
 
 def is_credentialed(cfg: Any) -> bool:
     """Whether a run's cohort is credentialed. Accepts a RunConfig, a CohortConfig, a run.yaml mapping or a
-    cohort kind; anything without a cohort kind counts as open."""
+    cohort kind; anything without a cohort kind counts as open. A `wfdb` cohort is credentialed unless its
+    config (not a bare kind) says `credentialed: false`."""
     kind: Any = cfg
+    flag: Any = True
     if isinstance(cfg, Mapping):
         cohort = cfg.get("cohort")
         if not isinstance(cohort, Mapping):
             cohort = next((h.get("cohort") for h in (cfg.get("config"), cfg.get("run_config"), cfg.get("resolved"))
                            if isinstance(h, Mapping) and isinstance(h.get("cohort"), Mapping)), None)
-        kind = cohort.get("kind") if isinstance(cohort, Mapping) else cfg.get("kind")
+        section = cohort if isinstance(cohort, Mapping) else cfg
+        kind, flag = section.get("kind"), section.get("credentialed", True)
     elif hasattr(cfg, "cohort"):
-        kind = getattr(cfg.cohort, "kind", None)
+        kind, flag = getattr(cfg.cohort, "kind", None), getattr(cfg.cohort, "credentialed", True)
     elif hasattr(cfg, "kind"):
-        kind = cfg.kind
-    return isinstance(kind, str) and kind.lower() in CREDENTIALED_KINDS
+        kind, flag = cfg.kind, getattr(cfg, "credentialed", True)
+    if not isinstance(kind, str) or kind.lower() not in CREDENTIALED_KINDS:
+        return False
+    return kind.lower() != "wfdb" or flag is not False
 
 
 def failure_text(exc_or_msg: BaseException | str | None, credentialed: bool, *, limit: int = MESSAGE_LIMIT) -> str:

@@ -41,6 +41,7 @@ from raybench.encoders.actor import EncoderActor, MultiEncoderActor, actor_cpus,
 from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, fingerprint_key, worker_builder
 from raybench.encoders.loading import (
     MANIFEST_COLUMNS,
+    READ_COLUMNS,
     Builder,
     ExtractionError,
     ManifestRecords,
@@ -276,7 +277,7 @@ def _multi_pipeline(manifest: ManifestRecords, enc_cfg: EncoderConfig, jobs: lis
 
     if cpu_threads is None:
         cpu_threads = max(1, (os.cpu_count() or 1) // enc_cfg.max_actors)
-    ds = ray.data.from_pandas(_blocks(manifest.df.loc[:, list(MANIFEST_COLUMNS)], enc_cfg.batch_size))
+    ds = ray.data.from_pandas(_blocks(manifest.df.loc[:, list(READ_COLUMNS)], enc_cfg.batch_size))
     specs, builders, layers, x_shapes = (list(col) for col in zip(*jobs, strict=True))
     with warnings.catch_warnings():  # max_restarts has no named parameter in the pinned Ray Data yet
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
@@ -298,7 +299,7 @@ def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConf
 
     if cpu_threads is None:
         cpu_threads = max(1, (os.cpu_count() or 1) // enc_cfg.max_actors)
-    ds = ray.data.from_pandas(_blocks(manifest.df.loc[:, list(MANIFEST_COLUMNS)], enc_cfg.batch_size))
+    ds = ray.data.from_pandas(_blocks(manifest.df.loc[:, list(READ_COLUMNS)], enc_cfg.batch_size))
     load = {"root": manifest.root, "spec": spec, "builder": builder, "x_shape": x_shape}
     on_gpu = bool(enc_cfg.num_gpus)
     if on_gpu:  # loading in 1-CPU tasks feeding the GPU actors

@@ -29,6 +29,8 @@ from raybench.encoders.preprocess import SignalError, collect_notes
 
 Builder = Callable[[EncoderSpec], ECGEncoder]
 MANIFEST_COLUMNS = ("ecg_id", "path", "fs", "n_samples", "split")
+# and the record's full length, for a record longer than the window (a `wfdb` cohort's; n_samples elsewhere)
+READ_COLUMNS = (*MANIFEST_COLUMNS, "record_samples")
 
 
 class ExtractionError(RaybenchError, RuntimeError):
@@ -41,7 +43,7 @@ class ExtractionError(RaybenchError, RuntimeError):
 class ManifestRecords:
     """What extraction needs from a manifest: the ordered records, the data root and the content hash."""
 
-    df: pd.DataFrame  # columns MANIFEST_COLUMNS, ascending unique ecg_id
+    df: pd.DataFrame  # columns READ_COLUMNS, ascending unique ecg_id
     root: str
     manifest_hash: str
     path: str
@@ -59,7 +61,9 @@ def read_manifest_records(manifest_path: str | os.PathLike) -> ManifestRecords:
     missing = [c for c in MANIFEST_COLUMNS if c not in df.columns]
     if missing:
         raise ExtractionError(f"manifest {manifest_path} lacks columns {missing}; rebuild it with `raybench manifest`")
-    df = df.loc[:, list(MANIFEST_COLUMNS)].copy()
+    if "record_samples" not in df.columns:  # every record is exactly the window (ptbxl, mimic, synth)
+        df["record_samples"] = df["n_samples"]
+    df = df.loc[:, list(READ_COLUMNS)].copy()
     df["ecg_id"] = df["ecg_id"].astype(np.int64)
     df["split"] = df["split"].astype(str)
     df["path"] = df["path"].astype(str)
@@ -103,7 +107,9 @@ def _preprocessor(spec: EncoderSpec, builder: Builder | None, real: bool = False
 
 def read_input(root: str, row: dict[str, Any]) -> Waveform:
     """The manifest row's record, checked against the manifest's rate and length (RecordError when bad)."""
-    return read_record(root, row["path"], expect_fs=float(row["fs"]), expect_samples=int(row["n_samples"]))
+    full = row.get("record_samples")
+    return read_record(root, row["path"], expect_fs=float(row["fs"]), expect_samples=int(row["n_samples"]),
+                       record_samples=None if full is None else int(full))
 
 
 def apply_preprocess(wave: Waveform, preprocess: Callable[[np.ndarray, float], np.ndarray], name: str,
@@ -163,7 +169,7 @@ def load_batch(batch: dict[str, np.ndarray], *, root: str, spec: EncoderSpec, bu
     detail = np.full(n, "", dtype=object)
     notes = np.full(n, "[]", dtype=object)  # JSON lists: what was changed in each kept record
     for i in range(n):
-        row = {k: batch[k][i] for k in ("path", "fs", "n_samples")}
+        row = {k: batch[k][i] for k in ("path", "fs", "n_samples", "record_samples") if k in batch}
         try:
             x[i], got = _worker_native(root, row, spec, builder, x_shape)
         except RecordError as err:

@@ -207,3 +207,26 @@ def test_compared_runs_of_one_name_are_told_apart_without_their_paths(tmp_path):
     names = run_names(a, b)
     assert names == ("ptbxl (A)", "ptbxl (B)") and not any(str(tmp_path) in n or "/" in n for n in names)
     assert run_names(tmp_path / "ptbxl", tmp_path / "mimic") == ("ptbxl", "mimic")
+
+
+def test_a_wfdb_run_is_credentialed_unless_run_yaml_and_manifest_both_say_open(tmp_path):
+    """`cohort.kind: wfdb` exports like MIMIC (id scan, no dashboards) unless run.yaml says `credentialed: false` and
+    the manifest's summary does not say otherwise."""
+    def wfdb_run(name: str, yaml_open: bool, summary_open: bool | None) -> RunLayout:
+        layout = _run(tmp_path / name, "wfdb")
+        raw = yaml.safe_load(layout.run_yaml.read_text())
+        section = raw["config"]["cohort"] if "config" in raw else raw["cohort"]
+        section.update({"root": str(tmp_path), "credentialed": not yaml_open})
+        write_text(layout.run_yaml, yaml.safe_dump(raw))
+        flag = {} if summary_open is None else {"credentialed": not summary_open}
+        summary = {"cohort": "wfdb", "records": 2, **flag}
+        write_json(layout.manifest_summary, summary)
+        _plant_id(layout)
+        return layout
+
+    for name, yaml_open, summary_open in (("default", False, None), ("summary_says_closed", True, False)):
+        with pytest.raises(ExportError, match="tables/legacy"):
+            export_run(wfdb_run(name, yaml_open, summary_open).root, tmp_path / f"out_{name}")
+    result = export_run(wfdb_run("open", True, True).root, tmp_path / "out_open")
+    assert json.loads((tmp_path / "out_open" / "EXPORT.json").read_text())["credentialed"] is False
+    assert any(f["path"] == "tables/legacy.parquet" for f in result.files)

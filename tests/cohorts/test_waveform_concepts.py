@@ -328,3 +328,20 @@ def test_synth_cohort_ground_truth(tmp_path, ray_cluster):
     assert (err["st_amp_global_mv"].abs() <= 0.05).mean() >= 0.9
     assert (err["t_amp_global_mv"].abs() <= 0.05).mean() >= 0.6
     assert (err["qt_like_ms"].abs() <= 40).mean() >= 0.6
+
+
+def test_a_long_record_is_measured_on_the_central_window_the_encoders_see(tmp_path):
+    """(ecg_id, path, fs, window, record_samples) rows: a wfdb cohort's 30 s record measured on its central 10 s."""
+    from raybench.cohorts.waveform_concepts import measure_rows, measure_signal
+    from raybench.cohorts.waveforms import read_record
+    from tests.cohorts.wfdb_folders import ecg, write_dat_record
+
+    sig = ecg(30, 500, seed=4)
+    sig[:, :7500] *= 3.0  # the first 15 s differ: a whole-record measurement would see them
+    write_dat_record(tmp_path, "long", sig, 500)
+    values, failures = measure_rows(str(tmp_path), [(1, "long", 500.0, 5000, 15000)])
+    assert failures == []
+    window = read_record(tmp_path, "long").signal[:, 5000:10000]
+    assert values[0][1] == measure_signal(window, 500.0)
+    _, whole = measure_rows(str(tmp_path), [(2, "long", 500.0, 5000, None)])
+    assert whole[0][1] == "length_mismatch"

@@ -132,6 +132,28 @@ def test_the_mimic_rate_concept_is_hashed_for_mimic_runs_only():
     assert mimic.config_hash() != mimic_rr.config_hash()
 
 
+def test_a_wfdb_cohort_is_configured_from_yaml_and_other_kinds_keep_their_hash(tmp_path):
+    """cohort.kind: wfdb with its patient source and credentialed flag; the new keys are refused on other kinds and
+    never enter their config_hash (their run folders stay theirs); credentialed never enters any hash."""
+    from dataclasses import replace
+
+    from raybench.core.config import CohortConfig, ConfigError, demo_run, load_run_config
+
+    (tmp_path / "cfg.yaml").write_text("cohort:\n  kind: wfdb\n  root: /data/cpsc\n  patients_csv: patients.csv\n"
+                                       "  credentialed: false\n")
+    cfg = load_run_config(tmp_path / "cfg.yaml")
+    assert (cfg.cohort.kind, cfg.cohort.patients_csv, cfg.cohort.credentialed) == ("wfdb", "patients.csv", False)
+    assert "credentialed" not in cfg.hashed_config()["cohort"] and "patients_csv" in cfg.hashed_config()["cohort"]
+    assert replace(cfg, cohort=replace(cfg.cohort, credentialed=True)).config_hash() == cfg.config_hash()
+    demo = demo_run()
+    assert not {"patients_csv", "patient_key", "credentialed"} & set(demo.hashed_config()["cohort"])
+    for bad in ({"patient_key": "Patient"}, {"credentialed": False}):
+        with pytest.raises(ConfigError, match="wfdb cohort setting"):
+            CohortConfig(kind="ptbxl", root="/x", **bad).validate()
+    with pytest.raises(ConfigError, match="concepts: tables"):
+        CohortConfig(kind="wfdb", root="/x", concepts="tables").validate()
+
+
 def test_the_secondary_analyses_are_set_from_yaml(tmp_path):
     """`secondary:` is a run-config section like the audits' (outside config_hash); a YAML that sets one key keeps
     the preset's other settings, and a wrong value names its key."""

@@ -265,6 +265,15 @@ def test_failure_text_rules():
     assert not is_credentialed(None) and not is_credentialed({})
 
 
+def test_a_wfdb_cohort_is_credentialed_unless_its_config_says_open():
+    assert is_credentialed("wfdb") and is_credentialed(CohortConfig(kind="wfdb", root="/x"))
+    assert is_credentialed({"cohort": {"kind": "wfdb"}}) and is_credentialed({"cohort": {"kind": "wfdb",
+                                                                                         "credentialed": True}})
+    assert not is_credentialed(CohortConfig(kind="wfdb", root="/x", credentialed=False))
+    assert not is_credentialed(RunConfig(cohort=CohortConfig(kind="wfdb", root="/x", credentialed=False)))
+    assert not is_credentialed({"config": {"cohort": {"kind": "wfdb", "credentialed": False}}})
+
+
 def test_secondary_analysis_failures_are_reduced_too():
     """tables/secondary_failures.json (then audit.json and the report) gets the same treatment."""
     from raybench.analysis.records import failure_record

@@ -130,6 +130,19 @@ def test_short_record_is_padded_with_a_note(tmp_path, hubert):
     assert notes == ["zero-padded 1500 -> 2500 samples (record shorter than the model's window)"]
 
 
+def test_a_long_record_is_read_as_its_central_window_when_the_manifest_says_so(tmp_path, hubert):
+    """A wfdb cohort's 60 s record: the manifest's window (n_samples) and full length (record_samples); the encoder
+    sees the central 10 s, with a note, exactly as if that window had been the record."""
+    sig = ecg(500, 60, seed=3)
+    row = write(tmp_path, "long", sig, 500) | {"n_samples": 5000, "record_samples": 30000}
+    x, notes = run(tmp_path, row, hubert)
+    ref, _ = run(tmp_path, write(tmp_path, "mid", sig[12500:17500], 500), hubert)
+    np.testing.assert_array_equal(x, ref)
+    assert notes == ["cropped 30000 -> 5000 samples (the central window, from sample 12500)"]
+    assert refused(tmp_path, row | {"record_samples": 29000}, hubert).reason == "length_mismatch"
+    assert refused(tmp_path, row | {"record_samples": None}, hubert).reason == "length_mismatch"  # ptbxl: exact
+
+
 def test_record_too_short_for_the_models_filter_is_quarantined(tmp_path, hubert):
     err = refused(tmp_path, write(tmp_path, "tiny", ecg(500, 0.5), 500), hubert)
     assert err.reason == "too_short" and "453" in err.detail

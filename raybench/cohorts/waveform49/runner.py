@@ -22,18 +22,20 @@ from raybench.cohorts.panel import concept_names
 from raybench.cohorts.waveform49.measures import measure_signal49_reasons
 from raybench.cohorts.waveforms import RecordError, read_record
 
-Row = tuple[Any, str, float | None]
+Row = tuple  # (ecg_id, path, fs) or (ecg_id, path, fs, window, record_samples)
 
 
 def measure_rows49(root: str, rows: list[Row]) -> tuple[list[tuple[Any, list[float], dict[str, str]]],
                                                        list[tuple[Any, str, str]], float]:
-    """Measure a chunk of (ecg_id, path, fs): (values as (ecg_id, 49 floats, reasons), failures, CPU seconds)."""
+    """Measure a chunk of (ecg_id, path, fs[, window, record_samples]): (values as (ecg_id, 49 floats, reasons),
+    failures, CPU seconds). A record longer than the window is measured on its central window, as encoders see it."""
     cpu0 = time.process_time()
     names = concept_names()
     values, failures = [], []
-    for ecg_id, path, fs in rows:
+    for ecg_id, path, fs, *window in rows:
         try:
-            wave = read_record(root, path, expect_fs=fs)
+            wave = read_record(root, path, expect_fs=fs, expect_samples=window[0] if window else None,
+                               record_samples=window[1] if window else None)
             got, why = measure_signal49_reasons(wave.signal, wave.fs)
             values.append((ecg_id, [got[n] for n in names], why))
         except RecordError as err:
@@ -45,7 +47,7 @@ def measure_rows49(root: str, rows: list[Row]) -> tuple[list[tuple[Any, list[flo
 
 def measure49(root: str | Path, records: pd.DataFrame, num_cpus: int | None = None, chunk_size: int | None = None
               ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Counter], float]:
-    """Every record of `records` (ecg_id, path, fs) as Ray tasks.
+    """Every record of `records` (ecg_id, path, fs; optionally n_samples and record_samples) as Ray tasks.
 
     Returns (values indexed by ecg_id in input order, the 49 concept columns, NaN where unmeasured;
     record failures with ecg_id, reason, detail; per concept a Counter of the reasons of its NaNs,
@@ -68,6 +70,9 @@ def measure49(root: str | Path, records: pd.DataFrame, num_cpus: int | None = No
     ids = records["ecg_id"].tolist()
     rows = [(i, str(p), None if f is None or pd.isna(f) else float(f))
             for i, p, f in zip(ids, records["path"], records["fs"], strict=True)]
+    if "record_samples" in records.columns:  # a wfdb cohort's records longer than the window: the central window
+        rows = [(*r, int(n), int(full)) for r, n, full in zip(rows, records["n_samples"], records["record_samples"],
+                                                              strict=True)]
     slots = max(1, int(num_cpus or ray.cluster_resources().get("CPU", 1)))
     if chunk_size is None:  # ~3 chunks per slot for balance, at most 128 records each
         chunk_size = max(1, min(128, math.ceil(len(rows) / (3 * slots))))
@@ -111,7 +116,8 @@ def waveform49_values(root: Path, records: pd.DataFrame, num_cpus: int | None, n
     names = concept_names()
     if len(records) == 0:
         return pd.DataFrame(columns=names, index=pd.Index([], name="ecg_id"), dtype=np.float64)
-    values, failures, why, cpu_s = measure49(root, records[["ecg_id", "path", "fs"]].reset_index(drop=True), num_cpus)
+    columns = ["ecg_id", "path", "fs", *(["n_samples", "record_samples"] if "record_samples" in records else [])]
+    values, failures, why, cpu_s = measure49(root, records[columns].reset_index(drop=True), num_cpus)
     summary["waveform49_cpu"] = {"records": int(len(records)), "cpu_s": round(cpu_s, 3),
                                  "records_per_cpu_s": round(len(records) / cpu_s, 1) if cpu_s > 0 else None}
     missing = {n: {"count": int(sum(c.values())), "reasons": dict(c)} for n, c in why.items() if c}
