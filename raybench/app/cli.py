@@ -26,7 +26,7 @@ COMMANDS: dict[str, str] = {
     "logs": "raybench.app.jobs:logs",
     "stop": "raybench.app.jobs:stop",
     "cluster": "raybench.app.cluster_cli:cluster",
-    "export": "raybench.app.export:export",
+    "export": "raybench.app.export_cli:export",
     "features": "raybench.analysis.features.cli:features",
     "checkpoint": "raybench.encoders.checkpoint_cli:checkpoint",
     "provenance": "raybench.analysis.cli:provenance",

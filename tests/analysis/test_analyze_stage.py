@@ -21,7 +21,7 @@ def _record_stage(monkeypatch) -> list[tuple[str, bool]]:
     """Replace the analyze stage by a recorder: (run_dir, allow_incomplete) per call."""
     calls: list[tuple[str, bool]] = []
 
-    def run_analyze_stage(cfg, num_workers=None, allow_incomplete=False):
+    def run_analyze_stage(cfg, num_workers=None, allow_incomplete=False, only=None):
         calls.append((str(Path(cfg.run_dir).resolve()), allow_incomplete))
         report = RunLayout.at(cfg.run_dir).report
         tables = {"atlas": {"profiles": pd.DataFrame()}, "secondary": {"calibration": pd.DataFrame()}}

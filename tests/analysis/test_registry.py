@@ -34,7 +34,9 @@ def example_analysis(tmp_path, monkeypatch) -> Analysis:
     for name in [m for m in sys.modules if m.startswith("raybench.analysis.cell_counts")]:
         monkeypatch.delitem(sys.modules, name)
     importlib.invalidate_caches()
-    return importlib.import_module("raybench.analysis.cell_counts.analysis").ANALYSIS
+    example = importlib.import_module("raybench.analysis.cell_counts.analysis").ANALYSIS
+    # drawn here, not in Ray tasks: a Ray worker (when another test left Ray up) cannot import the temporary copy
+    return dataclasses.replace(example, render=lambda inp: example.render(dataclasses.replace(inp, parallel=False)))
 
 
 def _registered(monkeypatch, example: Analysis) -> None:

@@ -137,6 +137,9 @@ def _fake_stages(monkeypatch) -> dict:
     import raybench.sae.grid
 
     seen: dict = {"train": [], "encode": []}
+    import raybench.sae.stage
+
+    monkeypatch.setattr(raybench.sae.stage, "check_trainable", lambda cfg: None)  # no manifest or stores here
 
     def run_grid(cfg, **kw):
         seen["train"].append(cfg)

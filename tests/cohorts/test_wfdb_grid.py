@@ -49,7 +49,8 @@ def _check_run(cfg, lines: list[str], n_concepts: int) -> dict:
     assert summary["cohort"] == "wfdb" and summary["concept_source"] == "waveform49"
     assert len(summary["concepts"]) == n_concepts
     verdicts = pd.read_parquet(layout.tables_dir / "provenance_verdicts.parquet")
-    assert sorted(set(verdicts["variable"])) == ["device", "site"] and len(verdicts) == 2 * 30  # 6 models x 5 depths
+    variables = ["device", "device|site", "site"]  # the default variables: device within site too (§12)
+    assert sorted(set(verdicts["variable"])) == variables and len(verdicts) == 3 * 30  # 6 models x 5 depths
     assert (verdicts["verdict"] != "failed").all(), verdicts["reason"].tolist()[:3]
     return summary
 

@@ -237,7 +237,7 @@ def test_cli_refuses_incomplete_grid_and_passes_the_flag(tmp_path, monkeypatch):
 
     from raybench.app.cli import main
 
-    root = write_fake_run(tmp_path / "run", small_protocol(), tables=())
+    root = write_fake_run(tmp_path / "run", small_protocol(), tables=("cells",))  # the folder check passes
     seen = {}
 
     def analyze_run(run_root, protocol, num_workers=None, cohort_kind="synth", allow_incomplete=False):
