@@ -40,8 +40,10 @@ def encode(run_dir: str | None, config_path: str | None, models: str | None, siz
         raise click.BadParameter("is empty", param_hint="--models")
     from raybench.infra.run_lock import run_lock
 
-    check_encodable(cfg)  # a local folder with a manifest, before any lock is taken (an s3:// one has none to take)
+    if "://" in cfg.run_dir:
+        check_encodable(cfg)  # refuses a remote folder (stores are local files) before any lock is taken there
     with run_lock(cfg.run_dir, "encode"):  # one writer per run folder (raybench.infra.run_lock)
+        check_encodable(cfg)
         what = f"--config {config_path}" if config_path else "the run's config"
         stamp_run(cfg, f"{what} with --size {size}" if size else what)  # --size changes results: same check
         for line in encode_models(cfg, names, all_layers=all_layers, progress=not quiet):
