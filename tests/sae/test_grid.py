@@ -29,11 +29,22 @@ def _fresh(encoded, tmp_path, **resources):
 
 
 def test_grid_trains_every_cell_and_retries_a_failing_trial(encoded, tmp_path):
+    from raybench.encoders.store import ActivationStore
+    from raybench.sae.cells import build_cells, group_trials
+
     cfg = _fresh(encoded, tmp_path, trial_unit="layer", trial_gpus=0.25, max_failures=2)
-    table = run_grid(cfg, fail_once_dir=str(tmp_path / "fail-once"))
+    cells = build_cells(cfg.protocol, ActivationStore.for_run(cfg.run_dir).model_dims(cfg.protocol.grid.models))
+    first_stacks = [stacks[0][0].stack_id for stacks in group_trials(cells, "layer").values()]
+    assert len(first_stacks) == 6
+    markers = tmp_path / "fail-once"
+    markers.mkdir()  # the hook fails a trial's first attempt unless its marker exists: one failing trial is enough
+    for stack_id in first_stacks[1:]:  # (a retry is a fresh trial process: one per trial would cost 5 more starts)
+        (markers / f"{stack_id}.failed-once").write_text("pre-armed\n")
+    table = run_grid(cfg, fail_once_dir=str(markers))
     assert list(table.columns) == CELLS_TABLE_COLUMNS
     assert len(table) == 24 and (table["status"] == "ok").all(), table["status"].tolist()
-    assert len(list((tmp_path / "fail-once").iterdir())) >= 1  # every trial failed once, then succeeded
+    # the one trial without a marker failed once (the hook wrote its marker), then its retry succeeded
+    assert (markers / f"{first_stacks[0]}.failed-once").read_text() == "injected failure\n"
     assert table["cell_id"].is_unique
     assert pd.read_parquet(RunLayout.at(cfg.run_dir).cells_table).equals(table)
     assert table["val_r2"].notna().all() and table["val_r2"].median() > 0  # 40 steps: fit has begun
@@ -108,27 +119,61 @@ def _mtimes(layout: RunLayout, cell_ids) -> dict[str, int]:
     return {c: (layout.cell_dir(c) / "metrics.json").stat().st_mtime_ns for c in cell_ids}
 
 
-def test_a_rerun_trains_deleted_cells_and_stacks_the_restored_experiment_never_had(encoded, tmp_path):
-    """No Tune experiment is restored: what is still missing (a cell deleted after a finished grid, stacks added
-    since) runs as a new experiment, and finished cells are not retrained."""
+def test_grid_checkpoints_are_tensors_and_json_and_a_rerun_restores_nothing_and_trains_only_what_is_missing(
+        encoded, tmp_path):
+    """One grid, then reruns on its folder (one test: each property needs the same finished first grid).
+
+    Checkpoints are pickle-free. Tune's experiment state (tuner.pkl, trial pickles) travels with the run folder,
+    and any owner stamp beside it can be copied: a rerun must resume from raybench's own pickle-free state and
+    unpickle nothing it finds. No Tune experiment is restored: what is still missing (a cell deleted after a
+    finished grid, stacks added since) runs as a new experiment, and finished cells are not retrained."""
+    import json
+    import pickle
+
+    from safetensors import safe_open
+
     cfg = _small_grid(_fresh(encoded, tmp_path, trial_unit="stack"))  # a 2-seed stack per model
     layout = RunLayout.at(cfg.run_dir)
     first = run_grid(cfg, only_models=("csfm",))
     assert len(first) == 2 and (first["status"] == "ok").all(), first["status"].tolist()
+    checkpoints = sorted(layout.tune_dir.glob("grid-*/*/checkpoint_*"))
+    assert checkpoints
+    for ck in checkpoints:
+        assert sorted(p.name for p in ck.iterdir()) == ["state.json", "state.safetensors"], "no pickle"
+        json.loads((ck / "state.json").read_text())
+        with safe_open(str(ck / "state.safetensors"), framework="pt") as f:
+            assert list(f.keys())
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return exec, (f"open({str(marker)!r}, 'w').write('ran')",)
+
+    (exp,) = layout.tune_dir.glob("grid-*")
+    planted = exp.with_name(f"{exp.name}-7")  # the newest experiment of the config, as a copied folder would be
+    shutil.copytree(exp, planted)
+    for folder in (exp, planted):  # a forged owner stamp (copied, or written by hand) beside a malicious pickle
+        (folder / "raybench_owner.json").write_text(json.dumps(
+            {"owner": "raybench", "experiment": folder.name, "config_hash": cfg.config_hash(), "token": "0" * 32}))
+        (folder / "tuner.pkl").write_bytes(pickle.dumps(Payload()))
     gone = first["cell_id"].iloc[0]
     shutil.rmtree(layout.cell_dir(gone))
     kept = _mtimes(layout, [c for c in first["cell_id"] if c != gone])
 
     table = run_grid(cfg)  # the deleted cell and ecg_fm run as a new experiment
+    assert not marker.exists(), "a planted tuner.pkl was unpickled"
     assert len(table) == 4 and (table["status"] == "ok").all(), table["status"].tolist()
     assert layout.cell_dir(gone).exists()
     assert _mtimes(layout, kept) == kept, "finished cells were retrained"
-    assert len([p for p in layout.tune_dir.glob("grid-*") if p.is_dir()]) == 2
+    assert sorted(p.name for p in layout.tune_dir.glob("grid-*") if p.is_dir()) == sorted(
+        [exp.name, planted.name, f"{exp.name}-8"]), "the rerun is a new experiment after the newest"
 
     gone = table.loc[table["model"] == "ecg_fm", "cell_id"].iloc[-1]
     shutil.rmtree(layout.cell_dir(gone))
     kept = _mtimes(layout, [c for c in table["cell_id"] if c != gone])
     again = run_grid(cfg)
+    assert not marker.exists(), "a planted tuner.pkl was unpickled"
     assert (again["status"] == "ok").all(), again["status"].tolist()
     assert layout.cell_dir(gone).exists() and _mtimes(layout, kept) == kept
 
@@ -176,48 +221,6 @@ def test_trial_checkpoints_hold_no_pickle_and_resume_exactly(tmp_path, sampler, 
         np.testing.assert_array_equal(resumed.grad_norm, full.grad_norm)
     for name in ("W_enc", "b_enc", "W_dec_t", "b_dec"):
         assert torch.equal(getattr(resumed.sae, name), getattr(full.sae, name))
-
-
-def test_grid_checkpoints_are_tensors_and_json_and_planted_tune_state_is_never_unpickled(encoded, tmp_path):
-    """Tune's experiment state (tuner.pkl, trial pickles) travels with the run folder, and any owner stamp beside
-    it can be copied: a rerun must resume from raybench's own pickle-free state and unpickle nothing it finds."""
-    import json
-    import pickle
-
-    from safetensors import safe_open
-
-    cfg = _small_grid(_fresh(encoded, tmp_path))
-    layout = RunLayout.at(cfg.run_dir)
-    table = run_grid(cfg, only_models=("csfm",))
-    assert (table["status"] == "ok").all(), table["status"].tolist()
-    checkpoints = sorted(layout.tune_dir.glob("grid-*/*/checkpoint_*"))
-    assert checkpoints
-    for ck in checkpoints:
-        assert sorted(p.name for p in ck.iterdir()) == ["state.json", "state.safetensors"], "no pickle"
-        json.loads((ck / "state.json").read_text())
-        with safe_open(str(ck / "state.safetensors"), framework="pt") as f:
-            assert list(f.keys())
-
-    marker = tmp_path / "pwned"
-
-    class Payload:
-        def __reduce__(self):
-            return exec, (f"open({str(marker)!r}, 'w').write('ran')",)
-
-    (exp,) = layout.tune_dir.glob("grid-*")
-    planted = exp.with_name(f"{exp.name}-7")  # the newest experiment of the config, as a copied folder would be
-    shutil.copytree(exp, planted)
-    for folder in (exp, planted):  # a forged owner stamp (copied, or written by hand) beside a malicious pickle
-        (folder / "raybench_owner.json").write_text(json.dumps(
-            {"owner": "raybench", "experiment": folder.name, "config_hash": cfg.config_hash(), "token": "0" * 32}))
-        (folder / "tuner.pkl").write_bytes(pickle.dumps(Payload()))
-    gone = table["cell_id"].iloc[0]
-    shutil.rmtree(layout.cell_dir(gone))
-    kept = _mtimes(layout, [c for c in table["cell_id"] if c != gone])
-    again = run_grid(cfg, only_models=("csfm",))
-    assert not marker.exists(), "a planted tuner.pkl was unpickled"
-    assert (again["status"] == "ok").all() and layout.cell_dir(gone).exists(), again["status"].tolist()
-    assert _mtimes(layout, kept) == kept, "finished cells were retrained"
 
 
 def _trial_pids(layout: RunLayout) -> set[int]:
