@@ -28,7 +28,8 @@ def trained(tmp_path_factory, ray_cluster):
 
     cfg = small_config(tmp_path_factory.mktemp("features") / "run", models=("csfm",))
     grid = replace(cfg.protocol.grid, expansions=(8,), seeds=(4311, 4312), sensitivity_depth=None)
-    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid))
+    # one trial for both stacks (trial_unit model): what is under test is the cells, not how Tune packs them
+    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid), resources=replace(cfg.resources, trial_unit="model"))
     build_encoded_run(cfg)
     run_grid(cfg)
     write_text(RunLayout.at(cfg.run_dir).run_yaml, dump_run_config(cfg))
