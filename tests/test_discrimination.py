@@ -1,9 +1,9 @@
 """The analysis tells models apart: an encoder built to expose concepts more directly ranks first on
 accessibility, and its paired contrast against the runner-up has a bootstrap CI excluding 0.
 
-Real stages end to end: synthetic cohort -> manifest -> Ray Data extraction (the oracle is shipped to
-the workers as a `builder`) -> Tune grid -> analyze_run. The oracle (tests/oracle_encoder.py) sees
-only the waveform; nothing reads the cohort's ground truth.
+Real stages end to end: synthetic cohort -> manifest -> Ray Data extraction (the oracle, registered at run time,
+shipped to the workers as its factory, in one pipeline with the demo encoders) -> Tune grid -> analyze_run. The
+oracle (tests/oracle_encoder.py) sees only the waveform; nothing reads the cohort's ground truth.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from raybench.core.config import (
     demo_protocol,
 )
 from raybench.core.paths import RunLayout
-from tests.oracle_encoder import N_FEATURES, OracleEncoder, beat_features, build_oracle
+from tests.oracle_encoder import N_FEATURES, OracleEncoder, beat_features
 from tests.oracle_encoder import NAME as ORACLE
 
 DEMO_MODELS = ("csfm", "ecg_jepa")
@@ -72,20 +72,19 @@ def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray
     from raybench.analysis.atlas.run import analyze_run
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
-    from raybench.core.config import audited_layers
+    from raybench.core.config import audited_depths
     from raybench.encoders.base import EncoderSpec
-    from raybench.encoders.extract import extract_activations, extract_models
+    from raybench.encoders.extract import extract_models
     from raybench.sae.grid import run_grid
 
     cfg = _config(tmp_path / "run")
     layout = RunLayout.at(cfg.run_dir)
     generate_synth_cohort(layout.cohort_dir, cfg.cohort.records, cfg.cohort.patients, cfg.cohort.seed)
     build_synth_manifest(layout.cohort_dir, layout.manifest_dir)
-    oracle = EncoderSpec(name=ORACLE, size="demo")
-    extract_activations(layout.manifest, layout.root, oracle, cfg.encoders, builder=build_oracle, progress=False,
-                        layers=audited_layers(cfg.protocol, build_oracle(oracle).n_layers))
-    extract_models(layout.manifest, layout.root, [EncoderSpec(name=m, size="demo") for m in DEMO_MODELS],
-                   cfg.encoders, progress=False, depths=cfg.protocol.grid.depths)  # one pipeline for both
+    # one pipeline for all three: the oracle, registered in this process, travels as its registered factory
+    # (raybench.encoders.base.worker_builder); the `builder=` path is tests/encoders/test_extract.py's
+    extract_models(layout.manifest, layout.root, [EncoderSpec(name=m, size="demo") for m in (ORACLE, *DEMO_MODELS)],
+                   cfg.encoders, progress=False, depths=audited_depths(cfg.protocol))
 
     cells = run_grid(cfg)
     assert len(cells) == 24 and (cells["status"] == "ok").all(), cells["status"].tolist()

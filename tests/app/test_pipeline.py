@@ -285,7 +285,8 @@ def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_
 
     cfg = small_config(tmp_path / "run", models=("csfm",))
     cfg = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid, expansions=(1,),
-                                                                      seeds=(4311,), sensitivity_depth=None)))
+                                                                      seeds=(4311,), sensitivity_depth=None)),
+                  cohort=replace(cfg.cohort, records=40, patients=20))  # a small cohort: still split three ways
     build_encoded_run(cfg)
     import raybench.encoders.base
 

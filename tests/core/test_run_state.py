@@ -12,6 +12,7 @@ import pytest
 
 from raybench.app import pipeline as pl
 from raybench.core import run_state as rs
+from raybench.core.config import FeaturesConfig
 from raybench.core.paths import RunLayout
 from raybench.core.run_state import (
     RunChangeError,
@@ -105,6 +106,9 @@ def test_a_third_encoder_is_encoded_trained_and_analyzed_alone(tmp_path, finishe
     assert {p.split("/")[0] for p in before["activations"]} == {"ecg_fm", "csfm"}
 
     more = _with_models(cfg, ("ecg_fm", "csfm", "st_mem"))
+    # the feature dashboards and secondary analyses (outside config_hash) are not this test's: off for the rerun
+    more = replace(more, features=FeaturesConfig(enabled=False),
+                   secondary=replace(more.secondary_settings(), analyses=()))
     lines: list[str] = []
     timings = pl.run_pipeline(more, echo=lines.append)
     assert timings["encode"] > 0 and timings["train"] > 0 and timings["analyze"] > 0, lines

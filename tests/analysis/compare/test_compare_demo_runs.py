@@ -1,5 +1,6 @@
 """`raybench compare` on two real demo-protocol runs: the session's finished run (synthetic cohort, seed 5) and a
-second one through every stage of `raybench grid` on another synthetic cohort (seed 6)."""
+second one through every stage of `raybench grid` on another synthetic cohort (seed 6; its feature dashboards and
+secondary analyses, which `compare` does not read, off)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ from raybench.app.cli import main
 @pytest.fixture(scope="module")
 def second_cohort(finished_small_run, tmp_path_factory):
     from raybench.app.pipeline import run_pipeline
+    from raybench.core.config import FeaturesConfig
     from tests.small_run import small_config
 
     cfg = small_config(tmp_path_factory.mktemp("cohort6") / "synth6")
-    cfg = dataclasses.replace(cfg, cohort=dataclasses.replace(cfg.cohort, seed=6))
+    cfg = dataclasses.replace(cfg, cohort=dataclasses.replace(cfg.cohort, seed=6),
+                              # the comparison reads profiles and cells: dashboards and secondary analyses are off
+                              features=FeaturesConfig(enabled=False),
+                              secondary=dataclasses.replace(cfg.secondary_settings(), analyses=()),
+                              resources=dataclasses.replace(cfg.resources, trial_unit="model"))  # speed only
     run_pipeline(cfg, echo=lambda _: None)
     return finished_small_run[0], cfg
 
