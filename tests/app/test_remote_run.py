@@ -97,9 +97,9 @@ def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None
 
 
 def _tiny_config(run_dir: str):
-    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 2 stack trials, from a fresh synthetic cohort; no feature
-    dashboards or secondary analyses (the path under test is the submitted job's and the bucket's, not the
-    analyses': tests/app/test_pipeline.py's finished run has them)."""
+    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 4 stack trials (one cell each), from a fresh synthetic
+    cohort; no feature dashboards or secondary analyses (the path under test is the submitted job's and the
+    bucket's, not the analyses': tests/app/test_pipeline.py's finished run has them)."""
     cfg = small_config(Path("unused"), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, run_dir=run_dir,
