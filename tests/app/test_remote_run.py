@@ -161,7 +161,7 @@ def test_stop_and_a_wrong_token(cluster):
         status = _raybench(cluster, "status", "--address", cluster["address"], job_id)
         if "STOPPED" in status.stdout:
             break
-        time.sleep(2)
+        time.sleep(0.5)
     assert f"{job_id}: STOPPED" in status.stdout, status.stdout + status.stderr[-2000:]
 
     bad = _raybench(cluster, "status", "--address", cluster["address"], job_id,
