@@ -102,13 +102,14 @@ def _namespaces_refused() -> str | None:
 
 
 def _run_config(run_dir: str):
-    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 2 stack trials, from a fresh synthetic cohort; no feature
-    dashboards or secondary analyses (the path under test is the cluster's, not the analyses')."""
+    """4 cells (1 model x 2 depths x 2 E x 1 seed) in one Tune trial (trial_unit model, as the demo preset: start-up
+    dominates tiny SAEs; test_remote_run's submitted grid runs stack trials over two nodes), from a fresh synthetic
+    cohort; no feature dashboards or secondary analyses (the path under test is the cluster's, not the analyses')."""
     cfg = small_config(Path(run_dir), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,),
                                                          sensitivity_depth=None)),
-                   resources=replace(cfg.resources, trial_unit="stack"),
+                   resources=replace(cfg.resources, trial_unit="model"),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from raybench.core.analysis_config import SecondaryConfig
 from raybench.core.config import dump_run_config
 from tests.s3_server import s3_server
 from tests.small_run import small_config
@@ -96,12 +97,15 @@ def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None
 
 
 def _tiny_config(run_dir: str):
-    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 2 stack trials, from a fresh synthetic cohort."""
+    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 4 stack trials (one cell each), from a fresh synthetic
+    cohort; no feature dashboards or secondary analyses (the path under test is the submitted job's and the
+    bucket's, not the analyses': tests/app/test_pipeline.py's finished run has them)."""
     cfg = small_config(Path("unused"), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, run_dir=run_dir,
                    protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,), sensitivity_depth=None)),
-                   resources=replace(cfg.resources, trial_unit="stack", max_failures=2)).validate()
+                   resources=replace(cfg.resources, trial_unit="stack", max_failures=2),
+                   features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 
 
 @pytest.mark.slow
@@ -157,7 +161,7 @@ def test_stop_and_a_wrong_token(cluster):
         status = _raybench(cluster, "status", "--address", cluster["address"], job_id)
         if "STOPPED" in status.stdout:
             break
-        time.sleep(2)
+        time.sleep(0.5)
     assert f"{job_id}: STOPPED" in status.stdout, status.stdout + status.stderr[-2000:]
 
     bad = _raybench(cluster, "status", "--address", cluster["address"], job_id,

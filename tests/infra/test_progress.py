@@ -216,13 +216,23 @@ def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path):
     path.write_text(dump_run_config(cfg))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
-    outs = {}
+    procs = {}  # the two drivers side by side (each its own local Ray): the test waits on the longer one only
     for driver, flags in ((REAL, ()), (RAY_STAGE, ("--verbose",))):
         run_dir = tmp_path / f"run{len(flags)}"
-        res = subprocess.run([sys.executable, "-c", driver, *flags, "grid", "--config", str(path), "--run-dir",
-                              str(run_dir)], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
-        assert res.returncode == 0, res.stdout + res.stderr
-        outs[flags] = res.stdout + res.stderr
+        procs[flags] = subprocess.Popen([sys.executable, "-c", driver, *flags, "grid", "--config", str(path),
+                                         "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    outs = {}
+    try:
+        for flags, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=600)
+            assert proc.returncode == 0, stdout + stderr
+            outs[flags] = stdout + stderr
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     quiet, verbose = outs[()], outs[("--verbose",)]
     assert "[3/3] encode    done in" in quiet and "encode csfm: 24/24 records in" in quiet, quiet
     assert [ln for ln in quiet.splitlines() if any(c in ln for c in RAY_CHATTER)] == [], quiet
