@@ -15,6 +15,22 @@ for _folder in sorted({TESTS, *(p.parent for p in TESTS.rglob("test_*.py"))}, re
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
 
+
+def _one_math_thread_per_xdist_worker() -> None:
+    """Under `-n 2` the two workers share the machine's cores: each runs its own numpy/torch math on one thread,
+    so they do not oversubscribe the cores (subprocesses and Ray workers started from here inherit it; raybench sets
+    its own threads per encoder actor and trial). A single-process run keeps the libraries' defaults."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    from threadpoolctl import threadpool_limits  # BLAS a plugin already loaded (numpy) ignores the variables
+
+    threadpool_limits(limits=1)
+
+
+_one_math_thread_per_xdist_worker()
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PTBXL_SAMPLE = Path(os.environ.get("RAYBENCH_PTBXL_SAMPLE", SHARED / "ptbxl-sample"))
 
