@@ -67,7 +67,7 @@ def test_a_trial_that_exhausts_its_retries_is_reported_failed(encoded, tmp_path)
     assert table["status"].str.contains("injected failure").all()
 
 
-# Killing the driver mid-grid and resuming is tested against an uninterrupted run in test_elastic.py.
+# Killing the driver mid-grid and resuming is tested against an uninterrupted run in test_grid_elastic.py.
 
 
 def test_a_cell_of_another_config_or_of_stale_activations_is_not_complete_and_is_retrained(encoded, tmp_path):
