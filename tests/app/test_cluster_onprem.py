@@ -175,14 +175,17 @@ def _head(tmp: Path, user: str, laptop_home: Path) -> Path:
     return home
 
 
-# Runs as PID 1 of the new namespaces. /tmp and /run become private tmpfs (the test's folder mounted back where it
-# was), /etc/passwd names the head's home, sshd listens on the namespace's loopback, then the README's block runs.
+# Runs as PID 1 of the new namespaces. /tmp and /run become private tmpfs (the test's folder and the other folders
+# under /tmp it is given mounted back where they were), /etc/passwd names the head's home, sshd listens on the
+# namespace's loopback, then the README's block runs.
 NAMESPACE_SCRIPT = """set -euo pipefail
 T=$1; shift
 ip link set lo up
-mount --bind "$T" /mnt
+mount --bind /tmp /mnt
 mount -t tmpfs tmpfs /tmp
-mkdir -p "$T" && mount --bind /mnt "$T"
+for keep in "$T" "$@"; do
+  case "$keep" in /tmp/*) mkdir -p "$keep" && mount --bind "/mnt/${keep#/tmp/}" "$keep";; esac
+done
 mount -t tmpfs tmpfs /run && mkdir -p -m 755 /run/sshd
 mount --bind "$T/passwd" /etc/passwd
 "$(PATH=$PATH:/usr/sbin:/sbin command -v sshd)" -f "$T/sshd/sshd_config" -E "$T/sshd/sshd.log"
@@ -194,6 +197,16 @@ bash -e -x "$T/readme.sh" > "$T/readme.log" 2>&1 || rc=$?
 ps -eo pid,args > "$T/ps-after.txt"
 exit $rc
 """
+
+
+def _interpreter_under_tmp() -> list[str]:
+    """The running interpreter's folders that lie under /tmp (a suite run from a virtualenv made there): the
+    namespaces' private /tmp would hide them from the venvs made by tests/venvs.py, which import from them."""
+    import site
+
+    dirs = sorted({str(Path(d).resolve()) for d in (sys.prefix, sys.base_prefix, *site.getsitepackages())})
+    under = [d for d in dirs if d.startswith("/tmp/")]
+    return [d for d in under if not any(d.startswith(o + "/") for o in under)]
 
 
 def test_the_rehearsal_says_why_it_cannot_run(monkeypatch):
@@ -241,7 +254,8 @@ def test_ray_up_submit_fetch_and_ray_down_on_an_onprem_cluster_over_ssh(tmp_path
     bystander = subprocess.Popen([str(tmp / "bin" / "raylet"), "900"])
     try:  # --kill-child: when unshare is killed (the timeout), everything in the namespaces dies with it
         proc = subprocess.run(["unshare", "--pid", "--net", "--mount", "--fork", "--mount-proc", "--kill-child",
-                               "bash", str(tmp / "ns.sh"), str(tmp)], env=env, capture_output=True, text=True,
+                               "bash", str(tmp / "ns.sh"), str(tmp), *_interpreter_under_tmp()], env=env,
+                              capture_output=True, text=True,
                               timeout=840)
         rc, err = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired:
