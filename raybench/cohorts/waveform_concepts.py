@@ -28,7 +28,7 @@ from raybench.cohorts.extractor_published import measure_record_published
 from raybench.cohorts.extractor_refined import measure_record
 from raybench.cohorts.extractor_rules import ConceptError
 from raybench.cohorts.panel import WAVEFORM_CONCEPTS
-from raybench.cohorts.waveforms import RecordError, read_record
+from raybench.cohorts.waveforms import RecordError, prepare_records_run, read_record
 
 EXTRACTORS: tuple[str, ...] = ("published", "refined")
 
@@ -86,18 +86,8 @@ def extract_concepts(root: Path, records: pd.DataFrame, num_cpus: int | None = N
     """
     import ray
 
-    missing = {"ecg_id", "path", "fs"} - set(records.columns)
-    if missing:
-        raise ValueError(f"records table lacks columns {sorted(missing)}; expected ecg_id, path, fs")
     check_extractor(extractor)
-    if records["ecg_id"].duplicated().any():
-        dup = records.loc[records["ecg_id"].duplicated(), "ecg_id"].head(5).tolist()
-        raise ValueError(f"duplicate ecg_id values {dup}; each record needs a unique id")
-    if not ray.is_initialized():
-        from raybench.core.config import ResourceConfig
-        from raybench.infra.ray_session import init_ray
-
-        init_ray(ResourceConfig(num_cpus=num_cpus))
+    prepare_records_run(records, num_cpus)
     ids = records["ecg_id"].to_numpy()
     rows = [(_as_id(e), str(p), None if f is None or pd.isna(f) else float(f))
             for e, p, f in zip(ids, records["path"], records["fs"], strict=True)]

@@ -289,3 +289,21 @@ def _mv_factors(rel_path: str, units: list[str], notes: list[str]) -> list[float
         which = "all leads" if len(leads) == len(LEADS) else f"leads {leads}"
         notes.append(f"units {unit} -> mV (x{UNIT_TO_MV[unit.strip().lower()]:g}) in {which}")
     return factors
+
+
+def prepare_records_run(records, num_cpus: int | None) -> None:
+    """Refuse a records table the concept runners cannot measure (columns ecg_id, path, fs; unique ids), then start
+    Ray here when nothing has (at most num_cpus CPUs): both runners (seven and 49 concepts) start this way."""
+    import ray
+
+    missing = {"ecg_id", "path", "fs"} - set(records.columns)
+    if missing:
+        raise ValueError(f"records table lacks columns {sorted(missing)}; expected ecg_id, path, fs")
+    if records["ecg_id"].duplicated().any():
+        dup = records.loc[records["ecg_id"].duplicated(), "ecg_id"].head(5).tolist()
+        raise ValueError(f"duplicate ecg_id values {dup}; each record needs a unique id")
+    if not ray.is_initialized():
+        from raybench.core.config import ResourceConfig
+        from raybench.infra.ray_session import init_ray
+
+        init_ray(ResourceConfig(num_cpus=num_cpus))

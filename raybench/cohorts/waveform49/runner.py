@@ -20,7 +20,7 @@ import pandas as pd
 
 from raybench.cohorts.panel import concept_names
 from raybench.cohorts.waveform49.measures import measure_signal49_reasons
-from raybench.cohorts.waveforms import RecordError, read_record
+from raybench.cohorts.waveforms import RecordError, prepare_records_run, read_record
 
 Row = tuple  # (ecg_id, path, fs) or (ecg_id, path, fs, window, record_samples)
 
@@ -56,17 +56,7 @@ def measure49(root: str | Path, records: pd.DataFrame, num_cpus: int | None = No
     """
     import ray
 
-    missing = {"ecg_id", "path", "fs"} - set(records.columns)
-    if missing:
-        raise ValueError(f"records table lacks columns {sorted(missing)}; expected ecg_id, path, fs")
-    if records["ecg_id"].duplicated().any():
-        dup = records.loc[records["ecg_id"].duplicated(), "ecg_id"].head(5).tolist()
-        raise ValueError(f"duplicate ecg_id values {dup}; each record needs a unique id")
-    if not ray.is_initialized():
-        from raybench.core.config import ResourceConfig
-        from raybench.infra.ray_session import init_ray
-
-        init_ray(ResourceConfig(num_cpus=num_cpus))
+    prepare_records_run(records, num_cpus)
     ids = records["ecg_id"].tolist()
     rows = [(i, str(p), None if f is None or pd.isna(f) else float(f))
             for i, p, f in zip(ids, records["path"], records["fs"], strict=True)]
