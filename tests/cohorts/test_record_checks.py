@@ -324,3 +324,14 @@ def test_fast_format16_reader_equals_wfdb(ptbxl_sample):
         names = [n.upper() for n in rec.sig_name]
         ref = np.stack([rec.p_signal[:, names.index(lead.upper())] for lead in LEADS]).astype(np.float32)
         np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("table, message", [
+    (pd.DataFrame({"ecg_id": [1], "path": ["r1"]}), r"lacks columns \['fs'\]"),
+    (pd.DataFrame({"ecg_id": [4, 4, 5], "path": ["a", "b", "c"], "fs": [500.0] * 3}), r"duplicate ecg_id values \[4\]"),
+])
+def test_the_concept_runners_refuse_a_records_table_they_cannot_measure_before_starting_ray(table, message):
+    from raybench.cohorts.waveforms import prepare_records_run
+
+    with pytest.raises(ValueError, match=message):
+        prepare_records_run(table, num_cpus=1)
