@@ -97,14 +97,14 @@ def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None
 
 
 def _tiny_config(run_dir: str):
-    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 4 stack trials (one cell each), from a fresh synthetic
+    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 2 layer trials (one per depth, both E), from a fresh synthetic
     cohort; no feature dashboards or secondary analyses (the path under test is the submitted job's and the
     bucket's, not the analyses': tests/app/test_pipeline.py's finished run has them)."""
     cfg = small_config(Path("unused"), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, run_dir=run_dir,
                    protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,), sensitivity_depth=None)),
-                   resources=replace(cfg.resources, trial_unit="stack", max_failures=2),
+                   resources=replace(cfg.resources, trial_unit="layer", max_failures=2),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 
 
