@@ -30,7 +30,8 @@ def main() -> None:
     ap.add_argument("--models", default="ecg_fm,hubert_ecg")
     ap.add_argument("--size", choices=["demo", "full"], default="full")
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
+    ap.add_argument("--cpus", type=int, default=2,
+                    help="CPUs of the local Ray instance (with RAY_ADDRESS set: that cluster's instead)")
     ap.add_argument("--actors", type=int, default=1, help="encoder actors (each gets cores // actors torch threads)")
     ap.add_argument("--workdir", default=None, help="keep the cohort and stores here (default: a temp dir)")
     ap.add_argument("--repeats", type=int, default=1,
@@ -38,13 +39,13 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args()
 
-    import ray
     import torch
 
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import ensure_synth_cohort
-    from raybench.core.config import EncoderConfig
+    from raybench.core.config import EncoderConfig, ResourceConfig
     from raybench.encoders.base import EncoderSpec
+    from raybench.infra.ray_session import init_ray
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="raybench-bench-encode-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -57,7 +58,8 @@ def main() -> None:
     print(f"cohorts: {sorted(manifests)} records under {work}; torch threads {torch.get_num_threads()}, "
           f"cores {os.cpu_count()}", flush=True)
 
-    ray.init(num_cpus=args.cpus, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    # raybench's own start (a quiet local instance, or the cluster RAY_ADDRESS names)
+    init_ray(ResourceConfig(num_cpus=args.cpus, num_gpus=0))
     cfg = EncoderConfig(size=args.size, batch_size=args.batch_size, min_actors=args.actors, max_actors=args.actors)
     results = []
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:

@@ -156,6 +156,8 @@ def sae_trial(config: dict) -> None:
     torch.set_num_threads(1)
     gpu = bool(ray.get_gpu_ids()) and torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")  # the CPU fallback of raybench's trials
+    if gpu:  # a reused trial process: this trial's peak only
+        torch.cuda.reset_peak_memory_stats()
     d, n, k = config["d"], config["n_latents"], config["k"]
     cfgs = [SAECellConfig.from_protocol(paper_protocol().sae, d, n, k, seed) for seed in config["seeds"]]
     x_raw = np.random.default_rng(0).standard_normal((config["n_train"], d), dtype=np.float32)
@@ -186,7 +188,12 @@ def part_train(args: argparse.Namespace, work: Path, dims: dict) -> dict:
     from ray import tune
 
     from raybench.core.config import ResourceConfig, k_for, paper_protocol
-    from raybench.infra.resources import connected_inventory, resolve, sae_trial_bytes
+    from raybench.infra.resources import (
+        connected_inventory,
+        resolve,
+        resolve_reuse_trial_processes,
+        sae_trial_bytes,
+    )
 
     proto = paper_protocol()
     seeds = list(proto.grid.seeds)
@@ -205,6 +212,9 @@ def part_train(args: argparse.Namespace, work: Path, dims: dict) -> dict:
     tuner = tune.Tuner(
         tune.with_resources(sae_trial, {"cpu": 1, "gpu": choice.gpus}),
         param_space=tune.grid_search(trials),
+        # as raybench's grid: a finished trial's process runs the next one on a local instance (no process start
+        # and torch import per trial); each trial resets the peak-memory counter it reports
+        tune_config=tune.TuneConfig(reuse_actors=resolve_reuse_trial_processes("auto")),
         run_config=tune.RunConfig(name="gpu_check", storage_path=str(work / "tune"), verbose=0),
     )
     t0 = time.perf_counter()
@@ -382,10 +392,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"FAIL env: {err}")
         return 1
     DONE.append("env")
-    if args.smoke:  # one logical GPU: fractional requests schedule, the workers fall back to CPU
-        ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    else:
-        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    from raybench.core.config import ResourceConfig
+    from raybench.infra.ray_session import init_ray
+
+    # raybench's own start: a local instance (loopback, no dashboard, quiet) unless RAY_ADDRESS names a cluster;
+    # smoke: one logical GPU, so fractional requests schedule and the workers fall back to CPU
+    init_ray(ResourceConfig(num_cpus=2, num_gpus=1) if args.smoke else ResourceConfig())
     say(f"ray cluster: {ray.cluster_resources()}")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="gpu_check"))
     failed: list[str] = []

@@ -3,6 +3,7 @@ asserted: performance claims live in bench/, not in tests)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -15,9 +16,11 @@ from tests.sae.test_grid_elastic import ray_env
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench(args: list[str], timeout: float) -> str:
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=ray_env(), capture_output=True, text=True,
-                          timeout=timeout)
+def _bench(args: list[str], timeout: float, ray_address: str | None = None) -> str:
+    """Run a bench script; it starts its own local Ray, or with `ray_address` (the session's `ray_cluster`)
+    attaches there through RAY_ADDRESS, as raybench's init_ray does (no second Ray start)."""
+    env = ray_env() if ray_address is None else {**os.environ, "RAY_ADDRESS": ray_address}
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -46,9 +49,10 @@ def test_bootstrap_bench_names_the_gemm_kernel_and_matches_the_naive_recomputati
 
 
 @pytest.mark.slow
-def test_encode_bench_prints_both_paths_and_the_marginal_rate(tmp_path):
+def test_encode_bench_prints_both_paths_and_the_marginal_rate(tmp_path, ray_cluster):
     out = _bench(["bench/encode.py", "--records", "8", "12", "--models", "csfm", "--size", "demo",
-                  "--batch-size", "4", "--workdir", str(tmp_path)], timeout=600)
+                  "--batch-size", "4", "--workdir", str(tmp_path)], timeout=600,
+                 ray_address=ray_cluster.get_runtime_context().gcs_address)
     assert out.count("ray/plain") == 3 and "marginal 8->12 records" in out, out
     assert "B/record/layer" in out
 
@@ -85,8 +89,8 @@ def test_wall_targets_time_the_demo_its_rerun_and_the_suite(tmp_path):
     assert wall_targets.verdict(612.3, 600) == "612.3 s (target <= 600 s): MISSED"
 
 
-@pytest.mark.slow  # a Ray start, a 24-record cohort, 24 x 3 extractors: ~40 CPU-s
-def test_concepts_validation_bench_prints_the_synthetic_and_the_statement_tables(tmp_path):
+@pytest.mark.slow  # a 24-record cohort, 24 x 3 extractors in the session's Ray
+def test_concepts_validation_bench_prints_the_synthetic_and_the_statement_tables(tmp_path, ray_cluster):
     """Both tables and the speed line; the synthetic cohort's own database (NORM / AFIB statements, heart_axis)
     stands in for a PTB-XL folder with cardiologists' statements."""
     from raybench.cohorts.panel import concept_names
@@ -94,7 +98,8 @@ def test_concepts_validation_bench_prints_the_synthetic_and_the_statement_tables
 
     cohort = generate_synth_cohort(tmp_path / "cohort", 24, 12, seed=5)
     out = _bench(["bench/concepts_validation.py", "--synth-records", "24", "--synth-patients", "12", "--boot", "10",
-                  "--cpus", "2", "--real", str(cohort)], timeout=600)
+                  "--cpus", "2", "--real", str(cohort)], timeout=600,
+                 ray_address=ray_cluster.get_runtime_context().gcs_address)
     names = set(concept_names())
     rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] in names]
     assert len(rows) == 49 and all(row[1] in ("RATE_RHYTHM", "INTERVAL", "AXIS", "AMPLITUDE", "ST_T") for row in rows)

@@ -181,7 +181,8 @@ REAL = textwrap.dedent("""
     main(sys.argv[1:], prog_name="raybench")
 """)
 
-RAY_CHATTER = (" INFO ", " WARNING ", "core_worker", "streaming_executor", "Started a local Ray instance")
+RAY_CHATTER = (" INFO ", " WARNING ", "core_worker", "streaming_executor", "Started a local Ray instance",
+               "Connected to Ray cluster")
 
 
 RAY_STAGE = textwrap.dedent("""
@@ -200,10 +201,11 @@ RAY_STAGE = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path):
+def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path, ray_cluster):
     """A real run of the first three stages (Ray start, Ray Data, encoder actor pool): by default the output is
-    raybench's lines only; `--verbose` lets Ray's own through (shown on a one-task stage: Ray's start-up lines
-    are enough, and a second encode would double the test's time)."""
+    raybench's lines only; `--verbose` lets Ray's own through (shown on a one-task stage that attaches to the
+    session's Ray through RAY_ADDRESS: Ray's connect lines are enough, and a second encode or Ray start would
+    add to the test's time)."""
     from dataclasses import replace
 
     from raybench.core.config import dump_run_config
@@ -215,12 +217,13 @@ def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text(dump_run_config(cfg))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
-    procs = {}  # the two drivers side by side (each its own local Ray): the test waits on the longer one only
-    for driver, flags in ((REAL, ()), (RAY_STAGE, ("--verbose",))):
+    env.pop("RAY_ADDRESS", None)  # the quiet driver starts its own local Ray (its start-up lines stay out)
+    attach = {**env, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
+    procs = {}  # the two drivers side by side: the test waits on the longer one only
+    for driver, flags, driver_env in ((REAL, (), env), (RAY_STAGE, ("--verbose",), attach)):
         run_dir = tmp_path / f"run{len(flags)}"
         procs[flags] = subprocess.Popen([sys.executable, "-c", driver, *flags, "grid", "--config", str(path),
-                                         "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE,
+                                         "--run-dir", str(run_dir)], env=driver_env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True, cwd=ROOT)
     outs = {}
     try:
