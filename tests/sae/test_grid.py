@@ -32,7 +32,9 @@ def test_grid_trains_every_cell_and_retries_a_failing_trial(encoded, tmp_path):
     from raybench.encoders.store import ActivationStore
     from raybench.sae.cells import build_cells, group_trials
 
-    cfg = _fresh(encoded, tmp_path, trial_unit="layer", trial_gpus=0.25, max_failures=2)
+    # reused trial processes: the 6 trials (and the retry) run in 3 process starts, not 7; a process per trial
+    # is what the other tests here and test_grid_elastic.py run (run_grid on the test cluster does not reuse)
+    cfg = _fresh(encoded, tmp_path, trial_unit="layer", trial_gpus=0.25, max_failures=2, reuse_trial_processes=True)
     cells = build_cells(cfg.protocol, ActivationStore.for_run(cfg.run_dir).model_dims(cfg.protocol.grid.models))
     first_stacks = [stacks[0][0].stack_id for stacks in group_trials(cells, "layer").values()]
     assert len(first_stacks) == 6
