@@ -59,14 +59,8 @@ def test_grid_trains_every_cell_and_retries_a_failing_trial(encoded, tmp_path):
     assert again.equals(table)
 
 
-def test_a_trial_that_exhausts_its_retries_is_reported_failed(encoded, tmp_path):
-    cfg = _fresh(encoded, tmp_path, trial_unit="model", max_failures=0)
-    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid, models=("csfm",),
-                                                                      sensitivity_depth=None)))
-    table = run_grid(cfg, fail_once_dir=str(tmp_path / "fail-once"))
-    assert len(table) == 8, "failed cells stay in the table (the denominator)"
-    assert table["status"].str.startswith("failed: ").all()
-    assert table["status"].str.contains("injected failure").all()
+# A trial that exhausts its retries (its cells stay in the table, status `failed: ... injected failure`): tested
+# with the release audit's view of it in test_grid_elastic.py (one grid instead of two).
 
 
 # Killing the driver mid-grid and resuming is tested against an uninterrupted run in test_grid_elastic.py.
