@@ -106,9 +106,12 @@ def test_a_third_encoder_is_encoded_trained_and_analyzed_alone(tmp_path, finishe
     assert {p.split("/")[0] for p in before["activations"]} == {"ecg_fm", "csfm"}
 
     more = _with_models(cfg, ("ecg_fm", "csfm", "st_mem"))
-    # the feature dashboards and secondary analyses (outside config_hash) are not this test's: off for the rerun
+    # the feature dashboards, secondary analyses and the reliability audit's cheap part (outside config_hash) are
+    # not this test's: off for the rerun; st_mem encoded in one batch (speed only)
     more = replace(more, features=FeaturesConfig(enabled=False),
-                   secondary=replace(more.secondary_settings(), analyses=()))
+                   secondary=replace(more.secondary_settings(), analyses=()),
+                   reliability=replace(more.reliability, cheap=False),
+                   encoders=replace(more.encoders, batch_size=128))
     lines: list[str] = []
     timings = pl.run_pipeline(more, echo=lines.append)
     assert timings["encode"] > 0 and timings["train"] > 0 and timings["analyze"] > 0, lines

@@ -35,7 +35,7 @@ from tests.small_run import build_encoded_run, small_config  # noqa: E402
 
 METRICS = ["cell_id", "status", "val_r2", "test_r2", "val_dead_fraction", "val_mean_l0", "gate_pass",
            "test_accessibility", "test_coverage"]
-ELASTIC_STEPS = 200  # the add/kill scenario: trials long enough for the worker to join mid-grid
+ELASTIC_STEPS = 100  # the add/kill scenario: 4 checkpoint reports per trial keep it running while the worker joins
 N_CELLS = 12  # csfm: 2 depths x 2 E x 2 seeds + sensitivity 2 E x 2 seeds; 6 stacks
 
 
@@ -288,7 +288,8 @@ def test_a_trial_that_exhausts_its_retries_is_failed_in_the_table_and_the_audit(
     failed = table[table["status"] != "ok"]
     n_primary = sum(len(s) for s in primary)
     assert len(table) == N_CELLS and len(failed) == n_primary, "failed cells stay in the table"
-    assert failed["status"].str.startswith("failed: ").all() and failed["status"].str.contains("injected").all()
+    assert failed["status"].str.startswith("failed: ").all()
+    assert failed["status"].str.contains("injected failure").all()
     assert set(failed["arm"]) == {"primary"}
 
     audit = release_audit(cfg.run_dir, cfg.protocol)

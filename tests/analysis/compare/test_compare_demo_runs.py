@@ -1,6 +1,6 @@
 """`raybench compare` on two real demo-protocol runs: the session's finished run (synthetic cohort, seed 5) and a
-second one through every stage of `raybench grid` on another synthetic cohort (seed 6; its feature dashboards and
-secondary analyses, which `compare` does not read, off)."""
+second one through every stage of `raybench grid` on another synthetic cohort (seed 6; its feature dashboards,
+secondary analyses and reliability audit, which `compare` does not read, off)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,15 @@ def second_cohort(finished_small_run, tmp_path_factory):
 
     cfg = small_config(tmp_path_factory.mktemp("cohort6") / "synth6")
     cfg = dataclasses.replace(cfg, cohort=dataclasses.replace(cfg.cohort, seed=6),
-                              # the comparison reads profiles and cells: dashboards and secondary analyses are off
+                              # the comparison reads profiles and cells: dashboards, secondary analyses and the
+                              # reliability audit's cheap part are off
                               features=FeaturesConfig(enabled=False),
                               secondary=dataclasses.replace(cfg.secondary_settings(), analyses=()),
-                              resources=dataclasses.replace(cfg.resources, trial_unit="model"))  # speed only
+                              reliability=dataclasses.replace(cfg.reliability, cheap=False),
+                              # speed only (outside config_hash): 4 trials in 2 reused processes, 1 encoder batch
+                              resources=dataclasses.replace(cfg.resources, trial_unit="model",
+                                                            reuse_trial_processes=True),
+                              encoders=dataclasses.replace(cfg.encoders, batch_size=128))
     run_pipeline(cfg, echo=lambda _: None)
     return finished_small_run[0], cfg
 
