@@ -64,13 +64,23 @@ def finished_small_run(tmp_path_factory, ray_cluster):
 
 
 @pytest.fixture(scope="session")
+def encoded_small_run(tmp_path_factory, ray_cluster):
+    """tests/small_run.py's small_config encoded (cohort, manifest, both demo encoders' activations), built once per
+    session for the grid tests (tests/sae/test_grid.py, test_grid_elastic.py): read it, train on a copy."""
+    from tests.small_run import build_encoded_run, small_config
+
+    return build_encoded_run(small_config(tmp_path_factory.mktemp("encoded") / "run"))
+
+
+@pytest.fixture(scope="session")
 def ptbxl_sample() -> Path:
     if not (PTBXL_SAMPLE / "ptbxl_database.csv").exists():
         pytest.skip(f"PTB-XL sample not found at {PTBXL_SAMPLE}")
     return PTBXL_SAMPLE
 
 
-SHARED_RUN_FIXTURES = ("finished_small_run",)  # session-scoped built runs: their users share one xdist worker
+# session-scoped built runs: the modules using one of them share one xdist worker (one group per fixture)
+SHARED_RUN_FIXTURES = ("finished_small_run", "encoded_small_run")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -79,19 +89,20 @@ def pytest_collection_modifyitems(config, items):
     to one worker, so it is still built once: a module's tests that use a module-scoped fixture (a built run, an
     encoded cohort) stay together, and every module using a shared session run joins one group. Every other
     test goes to whichever worker is free."""
-    shared_modules, grouped = set(), []
+    shared_by_module: dict[str, str] = {}
+    grouped = []
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         if info is None:
             continue
-        shared = any(name in info.name2fixturedefs for name in SHARED_RUN_FIXTURES)
+        shared = next((name for name in SHARED_RUN_FIXTURES if name in info.name2fixturedefs), None)
         if shared:
-            shared_modules.add(item.module.__name__)
+            shared_by_module.setdefault(item.module.__name__, shared)
         if shared or any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
             grouped.append(item)
     for item in grouped:
         module = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group(SHARED_RUN_FIXTURES[0] if module in shared_modules else module))
+        item.add_marker(pytest.mark.xdist_group(shared_by_module.get(module, module)))
     _longest_first(items)
 
 

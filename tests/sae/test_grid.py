@@ -11,13 +11,12 @@ import pytest
 from raybench.core.paths import RunLayout
 from raybench.sae.cells_table import CELLS_TABLE_COLUMNS
 from raybench.sae.grid import run_grid
-from tests.small_run import build_encoded_run, small_config
 
 
-@pytest.fixture(scope="module")
-def encoded(tmp_path_factory, ray_cluster):
-    root = tmp_path_factory.mktemp("grid") / "run"
-    return build_encoded_run(small_config(root))
+@pytest.fixture
+def encoded(encoded_small_run):
+    """The session's encoded small run (conftest), shared with test_grid_elastic.py: tests train on copies."""
+    return encoded_small_run
 
 
 def _fresh(encoded, tmp_path, **resources):

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:  # when run as the scenario driver script
 
 from raybench.core.config import RunConfig, dump_run_config  # noqa: E402
 from raybench.core.paths import RunLayout  # noqa: E402
-from tests.small_run import build_encoded_run, small_config  # noqa: E402
+from tests.small_run import small_config  # noqa: E402
 
 METRICS = ["cell_id", "status", "val_r2", "test_r2", "val_dead_fraction", "val_mean_l0", "gate_pass",
            "test_accessibility", "test_coverage"]
@@ -46,9 +46,11 @@ def elastic_config(run_dir: Path, steps: int = 60, **resources) -> RunConfig:
     return replace(cfg, resources=res).validate()
 
 
-@pytest.fixture(scope="module")
-def encoded(tmp_path_factory, ray_cluster) -> RunConfig:
-    return build_encoded_run(elastic_config(tmp_path_factory.mktemp("elastic") / "run"))
+@pytest.fixture
+def encoded(encoded_small_run) -> RunConfig:
+    """The session's encoded small run (conftest; both demo encoders, the same cohort and manifest): the scenarios
+    train csfm on copies (_fresh), shared with tests/sae/test_grid.py."""
+    return encoded_small_run
 
 
 def _fresh(encoded: RunConfig, dest: Path, **kw) -> RunConfig:
