@@ -2,11 +2,11 @@
 Challenge-style folder with no PTB-XL csv and a patients CSV, (b) `raybench cohort synth --layout challenge`
 (.mat + .hea with #Dx, patients in #Patient). Each runs every stage of the demo preset on the smallest grid that
 keeps every stage real (one model x 2 depths x 2 E x 2 seeds: 8 cells, one Tune trial; the demo's 540-cell shape,
-several models and the sensitivity arm are what the demo and the grid tests are about, the cohort kind is what
-these are, e.g. tests/sae/test_grid.py and the session's finished_small_run) on the smallest cohort and training
-that keep every stage real: SAE steps, bootstrap draws and the selection subset cut down as tests/small_run.py
-does, the provenance audit on (small enough that its rows say "too small to audit" with the groups the headers
-named), the secondary analyses and feature dashboards off."""
+several models and the sensitivity arm are what the demo and grid tests are about, e.g. the session's
+finished_small_run, two models and the sensitivity arm through every stage; the cohort kind is what these are) on
+the smallest cohort and training that keep every stage real: SAE steps, bootstrap draws and the selection subset
+cut down as tests/small_run.py does, the provenance audit on (small enough that its rows say "too small to audit"
+with the groups the headers named), the secondary analyses and feature dashboards off."""
 
 from __future__ import annotations
 
