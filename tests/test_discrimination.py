@@ -57,7 +57,7 @@ def test_oracle_measures_rate_amplitudes_and_intervals_of_a_known_beat_train():
 def _config(run_dir) -> RunConfig:
     """3 models x 2 depths x E (1, 4) x 2 seeds = 24 cells, no sensitivity arm; 240 single-record patients."""
     p = demo_protocol()
-    p = replace(p, sae=replace(p.sae, steps=100, batch_size=64, checkpoint_every=100),
+    p = replace(p, sae=replace(p.sae, steps=150, batch_size=64, checkpoint_every=150),
                 grid=GridProtocol(models=(ORACLE, *DEMO_MODELS), depths=(0.0, 1.0), expansions=(1, 4),
                                   seeds=(4311, 4312), sensitivity_depth=None),
                 inference=replace(p.inference, patient_draws=500, crossed_draws=200, chunk_draws=250))
