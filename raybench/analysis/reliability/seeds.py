@@ -60,10 +60,13 @@ def profile_noise(prof: pd.DataFrame) -> pd.DataFrame:
         s, df = pooled_sd(g.value.to_numpy() for _, g in sub.groupby("model"))
         means = sub.groupby("model").value.mean()
         wide = sub.pivot(index="seed", columns="model", values="value")
-        taus = [kendalltau(wide.loc[a], wide.loc[b]).statistic for a, b in itertools.combinations(wide.index, 2)]
+        # a one-model grid has no model order to agree on: tau_seeds is NaN (scipy would warn on each pair)
+        taus = [kendalltau(wide.loc[a], wide.loc[b]).statistic for a, b in itertools.combinations(wide.index, 2)
+                ] if wide.shape[1] > 1 else []
+        taus = [t for t in taus if np.isfinite(t)]
         rows.append((metric, s, df, int(sub.groupby("model").size().max()),
                      float(means.std(ddof=1)) if len(means) > 1 else np.nan,
-                     float(np.nanmean(taus)) if taus else np.nan))
+                     float(np.mean(taus)) if taus else np.nan))
     return pd.DataFrame(rows, columns=["metric", "s_seed_profile", "df_seed_profile", "n_seeds", "spread_models",
                                        "tau_seeds"])
 

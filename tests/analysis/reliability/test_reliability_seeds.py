@@ -29,6 +29,15 @@ def test_seed_profiles_are_the_per_seed_common_scale_auc():
     assert noise.spread_models == pytest.approx(np.std([0.55, 0.35], ddof=1)) and noise.tau_seeds == 1.0
 
 
+def test_one_model_has_no_model_order_to_agree_on_and_no_warning(recwarn):
+    """A one-model grid (auditing a single encoder): tau_seeds is NaN, quietly; the other columns are as usual."""
+    prof = seed_profiles(_long().query("model == 'a'"), [1, 4])
+    noise = profile_noise(prof).iloc[0]
+    assert np.isnan(noise.tau_seeds) and np.isnan(noise.spread_models)
+    assert noise.s_seed_profile == pytest.approx(0.02) and noise.n_seeds == 3
+    assert not recwarn.list, [str(w.message) for w in recwarn.list]
+
+
 def test_contrast_flags_compare_each_difference_with_the_mrd():
     con = pd.DataFrame({"metric": ["accessibility"] * 2, "model_a": ["a", "a"], "model_b": ["b", "c"],
                         "diff": [0.2, -0.01]})
