@@ -38,7 +38,8 @@ import pandas as pd
 
 from raybench.core.config import EncoderConfig, ResourceConfig, layer_for_depth
 from raybench.encoders.actor import EncoderActor, MultiEncoderActor, actor_cpus, encode_states
-from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, fingerprint_key, worker_builder
+from raybench.encoders.base import ECGEncoder, EncoderSpec, build_encoder, worker_builder
+from raybench.encoders.fingerprint_key import fingerprint_key
 from raybench.encoders.loading import (
     MANIFEST_COLUMNS,
     READ_COLUMNS,

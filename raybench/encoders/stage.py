@@ -51,7 +51,7 @@ def encode_complete(cfg: RunConfig) -> bool:
     The fingerprint comes from a store recording the same `fingerprint_key`, else from building the encoder."""
     from raybench.cohorts.manifest import ManifestError, load_manifest
     from raybench.core.config import audited_layers
-    from raybench.encoders.base import fingerprint_key  # base imports torch: only when a stage runs
+    from raybench.encoders.fingerprint_key import fingerprint_key  # torch-free: a rerun with nothing to do
     from raybench.encoders.store import ActivationStore
 
     layout = RunLayout.at(cfg.run_dir)
