@@ -23,7 +23,6 @@ from torch import nn
 
 from raybench.core.errors import RaybenchError
 from raybench.core.models import BUILTIN
-from raybench.encoders.fingerprint_key import fingerprint_key  # noqa: F401  (its home before; torch-free now)
 
 ENTRY_POINT_GROUP = "raybench.encoders"
 SIZES = ("demo", "full")

@@ -61,9 +61,8 @@ def profile_noise(prof: pd.DataFrame) -> pd.DataFrame:
         means = sub.groupby("model").value.mean()
         wide = sub.pivot(index="seed", columns="model", values="value")
         # a one-model grid has no model order to agree on: tau_seeds is NaN (scipy would warn on each pair)
-        taus = [kendalltau(wide.loc[a], wide.loc[b]).statistic for a, b in itertools.combinations(wide.index, 2)
-                ] if wide.shape[1] > 1 else []
-        taus = [t for t in taus if np.isfinite(t)]
+        pairs = itertools.combinations(wide.index, 2) if wide.shape[1] > 1 else ()
+        taus = [t for a, b in pairs if np.isfinite(t := kendalltau(wide.loc[a], wide.loc[b]).statistic)]
         rows.append((metric, s, df, int(sub.groupby("model").size().max()),
                      float(means.std(ddof=1)) if len(means) > 1 else np.nan,
                      float(np.mean(taus)) if taus else np.nan))
