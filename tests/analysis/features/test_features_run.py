@@ -1,4 +1,5 @@
-"""Dashboards and the SAELens export on a trained run (synthetic cohort, one demo encoder, two E = 8 cells)."""
+"""Dashboards and the SAELens export on a trained run (the session's finished run: synthetic cohort, two demo
+encoders; csfm's E = 8 cells)."""
 
 from __future__ import annotations
 
@@ -14,26 +15,26 @@ import torch
 from raybench.analysis.features.dashboards import Choice, model_view
 from raybench.analysis.features.figures import read_index, write_dashboards
 from raybench.app.export_formats import FormatExportError, export_cells, threshold_codes
-from raybench.core.atomic import write_text
-from raybench.core.config import FeaturesConfig, dump_run_config
+from raybench.core.config import FeaturesConfig
 from raybench.core.paths import RunLayout
 from raybench.sae.cell_files import load_cell_metrics, load_cell_sae
 from raybench.sae.data import load_cell_data
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, ray_cluster):
-    from raybench.sae.grid import run_grid
-    from tests.small_run import build_encoded_run, small_config
+def trained(finished_small_run, tmp_path_factory):
+    """A copy of the session's finished run (tests/small_run.py finished_config: csfm among its two demo encoders,
+    E = 8 cells of seeds 4311 and 4312 at both depths), without the dashboards its analyze stage drew."""
+    from tests.small_run import copy_run
 
-    cfg = small_config(tmp_path_factory.mktemp("features") / "run", models=("csfm",))
-    grid = replace(cfg.protocol.grid, expansions=(8,), seeds=(4311, 4312), sensitivity_depth=None)
-    # one trial for both stacks (trial_unit model): what is under test is the cells, not how Tune packs them
-    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid), resources=replace(cfg.resources, trial_unit="model"))
-    build_encoded_run(cfg)
-    run_grid(cfg)
-    write_text(RunLayout.at(cfg.run_dir).run_yaml, dump_run_config(cfg))
+    cfg = copy_run(finished_small_run[0], tmp_path_factory.mktemp("features") / "run")
+    shutil.rmtree(RunLayout.at(cfg.run_dir).dashboards_dir)  # drawn again below, not copied from the old folder
     return cfg
+
+
+def _only(protocol, model: str):
+    """`protocol` with one model in its grid: the dashboards of that model alone."""
+    return replace(protocol, grid=replace(protocol.grid, models=(model,)))
 
 
 @pytest.mark.slow
@@ -49,14 +50,15 @@ def test_dashboard_data_matches_the_cells_evaluation(trained):
         top = [p for p in cv.picks if p.kind == "top"]
         assert top[0].activation == view.activations[:, c].max()
 
-    written = write_dashboards(root, cfg.protocol)
+    csfm = _only(cfg.protocol, "csfm")
+    written = write_dashboards(root, csfm)
     index = read_index(root)
     assert written and [m["model"] for m in index["models"]] == ["csfm"] and not index["skipped"]
     assert all((RunLayout.at(root).dashboards_dir / rel).is_file() for rel in index["records"].values())
     folder = RunLayout.at(root).dashboards_dir
     drawn = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}  # by Ray tasks
     shutil.rmtree(folder)  # nothing to copy from: every image is drawn again, here
-    write_dashboards(root, cfg.protocol, parallel=False)
+    write_dashboards(root, csfm, parallel=False)
     assert {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()} == drawn
 
 
