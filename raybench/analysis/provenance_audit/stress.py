@@ -31,10 +31,13 @@ def weighted_auroc(scores: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np
     wneg = np.where(yy, 0.0, w)
     wpos = np.where(yy, w, 0.0)
     # per tie group: negative and positive weight; negatives strictly below each group (cumulative)
-    gneg = np.zeros((w.shape[0], n_groups))
-    gpos = np.zeros((w.shape[0], n_groups))
-    for arr, out in ((wneg, gneg), (wpos, gpos)):
-        np.add.at(out.T, group, arr.T)
+    if n_groups == len(s):  # no ties (continuous scores, the usual case): each record is its own group
+        gneg, gpos = np.ascontiguousarray(wneg), np.ascontiguousarray(wpos)  # the layout (so the sums) of the tied path
+    else:
+        gneg = np.zeros((w.shape[0], n_groups))
+        gpos = np.zeros((w.shape[0], n_groups))
+        for arr, out in ((wneg, gneg), (wpos, gpos)):
+            np.add.at(out.T, group, arr.T)
     below = np.cumsum(gneg, axis=1) - gneg
     num = (gpos * (below + 0.5 * gneg)).sum(1)
     den = gpos.sum(1) * gneg.sum(1)

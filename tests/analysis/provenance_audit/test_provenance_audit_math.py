@@ -67,9 +67,12 @@ def test_patient_bootstrap_mean_matches_an_explicit_resample():
 
 # ---------------------------------------------------------------- Stress
 
-def test_weighted_auroc_equals_scikit_learn_with_weights_and_ties():
+@pytest.mark.parametrize("decimals", [1, None], ids=["many-ties", "no-ties"])  # the tie-group path and the direct one
+def test_weighted_auroc_equals_scikit_learn_with_weights_and_ties(decimals):
     rng = np.random.default_rng(3)
-    scores = np.round(rng.standard_normal(300), 1)  # many ties
+    scores = rng.standard_normal(300)
+    scores = scores if decimals is None else np.round(scores, decimals)
+    assert (len(np.unique(scores)) < 300) == (decimals is not None)
     y = rng.integers(0, 2, 300)
     w = rng.random((4, 300)) * (rng.random((4, 300)) > 0.2)
     got = st.weighted_auroc(scores, y, w)
