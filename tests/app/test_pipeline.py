@@ -14,7 +14,7 @@ from raybench.app.pipeline import run_pipeline
 from raybench.core import run_state as rs
 from raybench.core.config import dump_run_config
 from raybench.core.paths import RunLayout
-from tests.small_run import small_config
+from tests.small_run import copy_run, small_config
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore_run.ipynb"
 
@@ -274,20 +274,15 @@ def test_grid_until_prints_where_it_stopped(tmp_path):
 
 # ---------------------------------------------------------------- encode completeness
 
-def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_path, ray_cluster):
+def test_encode_stage_compares_stores_with_the_current_manifest_and_encoder(tmp_path, finished_small_run):
     """Not the store's own index: a changed manifest (5 records fewer) or encoder makes the stage incomplete,
     and training refuses the stale stores."""
     from raybench.cohorts.manifest import load_manifest, write_manifest
     from raybench.encoders.stage import encode_complete as _encode_complete
     from raybench.encoders.store import StoreError
     from raybench.sae.grid import run_grid
-    from tests.small_run import build_encoded_run
 
-    cfg = small_config(tmp_path / "run", models=("csfm",))
-    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid, expansions=(1,),
-                                                                      seeds=(4311,), sensitivity_depth=None)),
-                  cohort=replace(cfg.cohort, records=40, patients=20))  # a small cohort: still split three ways
-    build_encoded_run(cfg)
+    cfg = copy_run(finished_small_run[0], tmp_path / "run")  # encoded, trained and analyzed
     import raybench.encoders.base
 
     with pytest.MonkeyPatch.context() as mp:  # the stores' fingerprint key answers: no encoder is built
