@@ -213,16 +213,20 @@ def _checkpointed_unfinished(layout: RunLayout) -> bool:
 
 
 @pytest.mark.slow
-def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(encoded, tmp_path):
+def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(encoded, tmp_path, ray_cluster):
     from raybench.sae.grid import run_grid
 
-    cfg = _fresh(encoded, tmp_path / "killed", steps=100, num_cpus=2)
+    # reused trial processes (what `raybench grid` does on a local instance of its own): 2 trial processes per driver
+    cfg = _fresh(encoded, tmp_path / "killed", steps=100, reuse_trial_processes=True)
     layout = RunLayout.at(cfg.run_dir)
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(dump_run_config(cfg))
     # up to train: the claim is about training (analyze after a resume is the same stage as ever, and costs here)
     cmd = [sys.executable, "-m", "raybench.app.cli", "grid", "--config", str(cfg_path), "--until", "train"]
-    env = ray_env()
+    # both drivers attach to the session's Ray (2 CPUs) as Ray jobs instead of each starting a local instance: a
+    # SIGKILLed driver's job ends and Ray kills its trial processes, so the resumed driver finds only what the killed
+    # one persisted (its cells and in-trial checkpoints)
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
 
     t0 = time.perf_counter()
     log = tmp_path / "killed_driver.log"  # its output, shown when it did not get as far as the test needs
@@ -242,6 +246,10 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     assert 0 < len(before) < N_CELLS, (f"the driver should have been killed mid-grid (after {t_killed:.0f} s, exit "
                                        f"{proc.returncode}); its output ends:\n{log.read_text()[-3000:]}")
     assert mid_checkpoint, "no trial had a checkpoint when the driver was killed"
+    deadline = time.time() + 60  # Ray ends the dead driver's job: its trials give their CPUs back
+    while ray_cluster.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray_cluster.available_resources().get("CPU", 0) >= 2, "the killed driver's trials still hold CPUs"
 
     t0 = time.perf_counter()
     resumed = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
