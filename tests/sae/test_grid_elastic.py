@@ -216,8 +216,10 @@ def _checkpointed_unfinished(layout: RunLayout) -> bool:
 def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(encoded, tmp_path, ray_cluster):
     from raybench.sae.grid import run_grid
 
-    # reused trial processes (what `raybench grid` does on a local instance of its own): 2 trial processes per driver
-    cfg = _fresh(encoded, tmp_path / "killed", steps=100, reuse_trial_processes=True)
+    # one reused trial process per driver runs its trials one after another (1 CPU, 1 thread each, as ever): a trial
+    # process start per driver, not one per trial
+    one_process = {"reuse_trial_processes": True, "max_concurrent_trials": 1}
+    cfg = _fresh(encoded, tmp_path / "killed", steps=100, **one_process)
     layout = RunLayout.at(cfg.run_dir)
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(dump_run_config(cfg))
@@ -262,9 +264,10 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     assert all(after[c] == t for c, t in before.items()), "finished cells were retrained"
     assert "stopped after train" in resumed.stdout and not layout.report.exists()
 
-    ref = _fresh(encoded, tmp_path / "reference", steps=100, num_cpus=2)
+    ref = _fresh(encoded, tmp_path / "reference", steps=100, **one_process)
     # the uninterrupted run trains its 6 stacks in 2 trials (trial_unit model: one per arm; still 1 CPU, 1 thread
-    # each): 2 trial process starts instead of 6, and the cells must not depend on how stacks are grouped in trials
+    # each), one after another in one process: 1 trial process start instead of 6, and the cells must not depend
+    # on how stacks are grouped in trials
     ref = replace(ref, resources=replace(ref.resources, trial_unit="model"))
     t0 = time.perf_counter()
     expected = run_grid(ref)
