@@ -31,10 +31,11 @@ def test_grid_trains_every_cell_in_reused_trial_processes_and_retries_a_failing_
     from raybench.encoders.store import ActivationStore
     from raybench.sae.cells import build_cells, group_trials
 
-    # reused trial processes: the 6 trials (and the retry) run in 3 process starts, not 7; a process per trial
-    # is what the other tests here and test_grid_elastic.py's add/kill scenario run (run_grid on the test cluster
-    # does not reuse unless told)
-    cfg = _fresh(encoded, tmp_path, trial_unit="layer", trial_gpus=0.25, max_failures=2, reuse_trial_processes=True)
+    # reused trial processes, one trial at a time: the 6 trials (and the retry) run in 2 process starts, not 7; a
+    # process per trial is what test_grid_elastic.py's add/kill scenario runs (run_grid on the test cluster does not
+    # reuse unless told)
+    cfg = _fresh(encoded, tmp_path, trial_unit="layer", trial_gpus=0.25, max_failures=2, reuse_trial_processes=True,
+                 max_concurrent_trials=1)
     cells = build_cells(cfg.protocol, ActivationStore.for_run(cfg.run_dir).model_dims(cfg.protocol.grid.models))
     first_stacks = [stacks[0][0].stack_id for stacks in group_trials(cells, "layer").values()]
     assert len(first_stacks) == 6
@@ -51,11 +52,11 @@ def test_grid_trains_every_cell_in_reused_trial_processes_and_retries_a_failing_
     assert pd.read_parquet(RunLayout.at(cfg.run_dir).cells_table).equals(table)
     assert table["val_r2"].notna().all() and table["val_r2"].median() > 0  # 40 steps: fit has begun
     assert table["test_accessibility"].between(0, 1).all()
-    # reuse_trial_processes true: a process runs one trial after another (2 at a time, 1 CPU each; the failed
-    # attempt's process is replaced): 6 trials' results come from at most 3 processes, not 6
+    # reuse_trial_processes true: a process runs one trial after another (the failed attempt's process is
+    # replaced): 6 trials' results come from at most 2 processes, not 6
     layout = RunLayout.at(cfg.run_dir)
     assert len(list(layout.tune_dir.glob("*/*/result.json"))) == 6
-    assert len(_trial_pids(layout)) <= 3, _trial_pids(layout)
+    assert len(_trial_pids(layout)) <= 2, _trial_pids(layout)
     # a rerun trains nothing: every cell folder is untouched
     cells = RunLayout.at(cfg.run_dir).cells_dir
     before = {p.name: p.stat().st_mtime_ns for p in cells.iterdir()}
@@ -133,7 +134,9 @@ def test_grid_checkpoints_are_tensors_and_json_and_a_rerun_restores_nothing_and_
 
     from safetensors import safe_open
 
-    cfg = _small_grid(_fresh(encoded, tmp_path, trial_unit="stack"))  # a 2-seed stack per model
+    # a 2-seed stack per model; a rerun's trials run one after another in one reused process
+    cfg = _small_grid(_fresh(encoded, tmp_path, trial_unit="stack", reuse_trial_processes=True,
+                             max_concurrent_trials=1))
     layout = RunLayout.at(cfg.run_dir)
     first = run_grid(cfg, only_models=("csfm",))
     assert len(first) == 2 and (first["status"] == "ok").all(), first["status"].tolist()
