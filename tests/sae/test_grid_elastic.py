@@ -244,14 +244,14 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
         mid_checkpoint = _checkpointed_unfinished(layout)
         _kill_group(proc)
     t_killed = time.perf_counter() - t0
+    deadline = time.time() + 60  # Ray ends the dead driver's job: its trial process is killed, its CPUs come back
+    while ray_cluster.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray_cluster.available_resources().get("CPU", 0) >= 2, "the killed driver's trials still hold CPUs"
     before = {c: (layout.cell_dir(c) / "metrics.json").stat().st_mtime_ns for c in _done_cells(layout)}
     assert 0 < len(before) < N_CELLS, (f"the driver should have been killed mid-grid (after {t_killed:.0f} s, exit "
                                        f"{proc.returncode}); its output ends:\n{log.read_text()[-3000:]}")
     assert mid_checkpoint, "no trial had a checkpoint when the driver was killed"
-    deadline = time.time() + 60  # Ray ends the dead driver's job: its trials give their CPUs back
-    while ray_cluster.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    assert ray_cluster.available_resources().get("CPU", 0) >= 2, "the killed driver's trials still hold CPUs"
 
     t0 = time.perf_counter()
     resumed = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
