@@ -27,13 +27,15 @@ def _fresh(encoded, tmp_path, **resources):
     return replace(cfg, resources=replace(cfg.resources, **resources)) if resources else cfg
 
 
-def test_grid_trains_every_cell_and_retries_a_failing_trial(encoded, tmp_path):
+def test_grid_trains_every_cell_in_reused_trial_processes_and_retries_a_failing_trial(encoded, tmp_path):
     from raybench.encoders.store import ActivationStore
     from raybench.sae.cells import build_cells, group_trials
 
-    # reused trial processes: the 6 trials (and the retry) run in 3 process starts, not 7; a process per trial
-    # is what the other tests here and test_grid_elastic.py run (run_grid on the test cluster does not reuse)
-    cfg = _fresh(encoded, tmp_path, trial_unit="layer", trial_gpus=0.25, max_failures=2, reuse_trial_processes=True)
+    # reused trial processes, one trial at a time: the 6 trials (and the retry) run in 2 process starts, not 7; a
+    # process per trial is what test_grid_elastic.py's add/kill scenario runs (run_grid on the test cluster does not
+    # reuse unless told)
+    cfg = _fresh(encoded, tmp_path, trial_unit="layer", trial_gpus=0.25, max_failures=2, reuse_trial_processes=True,
+                 max_concurrent_trials=1)
     cells = build_cells(cfg.protocol, ActivationStore.for_run(cfg.run_dir).model_dims(cfg.protocol.grid.models))
     first_stacks = [stacks[0][0].stack_id for stacks in group_trials(cells, "layer").values()]
     assert len(first_stacks) == 6
@@ -50,6 +52,11 @@ def test_grid_trains_every_cell_and_retries_a_failing_trial(encoded, tmp_path):
     assert pd.read_parquet(RunLayout.at(cfg.run_dir).cells_table).equals(table)
     assert table["val_r2"].notna().all() and table["val_r2"].median() > 0  # 40 steps: fit has begun
     assert table["test_accessibility"].between(0, 1).all()
+    # reuse_trial_processes true: a process runs one trial after another (the failed attempt's process is
+    # replaced): 6 trials' results come from at most 2 processes, not 6
+    layout = RunLayout.at(cfg.run_dir)
+    assert len(list(layout.tune_dir.glob("*/*/result.json"))) == 6
+    assert len(_trial_pids(layout)) <= 2, _trial_pids(layout)
     # a rerun trains nothing: every cell folder is untouched
     cells = RunLayout.at(cfg.run_dir).cells_dir
     before = {p.name: p.stat().st_mtime_ns for p in cells.iterdir()}
@@ -127,7 +134,9 @@ def test_grid_checkpoints_are_tensors_and_json_and_a_rerun_restores_nothing_and_
 
     from safetensors import safe_open
 
-    cfg = _small_grid(_fresh(encoded, tmp_path, trial_unit="stack"))  # a 2-seed stack per model
+    # a 2-seed stack per model; a rerun's trials run one after another in one reused process
+    cfg = _small_grid(_fresh(encoded, tmp_path, trial_unit="stack", reuse_trial_processes=True,
+                             max_concurrent_trials=1))
     layout = RunLayout.at(cfg.run_dir)
     first = run_grid(cfg, only_models=("csfm",))
     assert len(first) == 2 and (first["status"] == "ok").all(), first["status"].tolist()
@@ -224,17 +233,3 @@ def _trial_pids(layout: RunLayout) -> set[int]:
 
     return {json.loads(line)["pid"] for path in layout.tune_dir.glob("*/*/result.json")
             for line in path.read_text().splitlines() if line.strip()}
-
-
-def test_reused_trial_processes_run_one_trial_after_another(encoded, tmp_path):
-    """reuse_trial_processes true: one process runs both trials (one at a time: each takes the 2 CPUs). That the
-    cells come out the same as with a process per trial is checked bit for bit by the killed-driver test
-    (test_grid_elastic.py: `raybench grid` reuses, run_grid on the test cluster does not)."""
-    cfg = _fresh(encoded, tmp_path, trial_unit="stack", trial_cpus=2.0, reuse_trial_processes=True)
-    grid = replace(cfg.protocol.grid, models=("csfm",), depths=(0.0,), seeds=(4311,), sensitivity_depth=None)
-    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid))
-    table = run_grid(cfg)
-    assert len(table) == 2 and (table["status"] == "ok").all(), table["status"].tolist()
-    layout = RunLayout.at(cfg.run_dir)
-    assert len(list(layout.tune_dir.glob("*/*/result.json"))) == 2
-    assert len(_trial_pids(layout)) == 1

@@ -213,16 +213,22 @@ def _checkpointed_unfinished(layout: RunLayout) -> bool:
 
 
 @pytest.mark.slow
-def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(encoded, tmp_path):
+def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(encoded, tmp_path, ray_cluster):
     from raybench.sae.grid import run_grid
 
-    cfg = _fresh(encoded, tmp_path / "killed", steps=100, num_cpus=2)
+    # one reused trial process per driver runs its trials one after another (1 CPU, 1 thread each, as ever): a trial
+    # process start per driver, not one per trial
+    one_process = {"reuse_trial_processes": True, "max_concurrent_trials": 1}
+    cfg = _fresh(encoded, tmp_path / "killed", steps=100, **one_process)
     layout = RunLayout.at(cfg.run_dir)
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(dump_run_config(cfg))
     # up to train: the claim is about training (analyze after a resume is the same stage as ever, and costs here)
     cmd = [sys.executable, "-m", "raybench.app.cli", "grid", "--config", str(cfg_path), "--until", "train"]
-    env = ray_env()
+    # both drivers attach to the session's Ray (2 CPUs) as Ray jobs instead of each starting a local instance: a
+    # SIGKILLed driver's job ends and Ray kills its trial processes, so the resumed driver finds only what the killed
+    # one persisted (its cells and in-trial checkpoints)
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
 
     t0 = time.perf_counter()
     log = tmp_path / "killed_driver.log"  # its output, shown when it did not get as far as the test needs
@@ -238,6 +244,10 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
         mid_checkpoint = _checkpointed_unfinished(layout)
         _kill_group(proc)
     t_killed = time.perf_counter() - t0
+    deadline = time.time() + 60  # Ray ends the dead driver's job: its trial process is killed, its CPUs come back
+    while ray_cluster.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray_cluster.available_resources().get("CPU", 0) >= 2, "the killed driver's trials still hold CPUs"
     before = {c: (layout.cell_dir(c) / "metrics.json").stat().st_mtime_ns for c in _done_cells(layout)}
     assert 0 < len(before) < N_CELLS, (f"the driver should have been killed mid-grid (after {t_killed:.0f} s, exit "
                                        f"{proc.returncode}); its output ends:\n{log.read_text()[-3000:]}")
@@ -254,9 +264,10 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     assert all(after[c] == t for c, t in before.items()), "finished cells were retrained"
     assert "stopped after train" in resumed.stdout and not layout.report.exists()
 
-    ref = _fresh(encoded, tmp_path / "reference", steps=100, num_cpus=2)
+    ref = _fresh(encoded, tmp_path / "reference", steps=100, **one_process)
     # the uninterrupted run trains its 6 stacks in 2 trials (trial_unit model: one per arm; still 1 CPU, 1 thread
-    # each): 2 trial process starts instead of 6, and the cells must not depend on how stacks are grouped in trials
+    # each), one after another in one process: 1 trial process start instead of 6, and the cells must not depend
+    # on how stacks are grouped in trials
     ref = replace(ref, resources=replace(ref.resources, trial_unit="model"))
     t0 = time.perf_counter()
     expected = run_grid(ref)

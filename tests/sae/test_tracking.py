@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from raybench.core.config import MLflowConfig, TrackingConfig, load_run_config
 from raybench.core.paths import RunLayout
 from raybench.sae.cells import CellSpec
 from raybench.sae.tracking import curve_report, final_report
-from tests.small_run import build_encoded_run, small_config
+from tests.small_run import small_config
 
 
 def read_scalars(folder: Path) -> dict[str, dict[int, float]]:
@@ -108,18 +109,22 @@ def test_callbacks_follow_the_config_and_name_a_missing_tracker(tmp_path, monkey
 
 
 @pytest.mark.slow
-def test_grid_with_tracking_writes_tensorboard_and_mlflow(tmp_path, ray_cluster):
+def test_grid_with_tracking_writes_tensorboard_and_mlflow(tmp_path, encoded_small_run):
     from mlflow.tracking import MlflowClient
 
     from raybench.sae.grid import run_grid
 
+    # a copy of the session's encoded small run (conftest: small_config's cohort and both models' activations,
+    # built once), trained on its csfm activations: one 2-seed stack (2 cells, one trial) shows both writers
+    shutil.copytree(encoded_small_run.run_dir, tmp_path / "run",
+                    ignore=shutil.ignore_patterns("cells", "tune", "tables"))
     cfg = small_config(tmp_path / "run", models=("csfm",), steps=40)
-    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=replace(cfg.protocol.grid, sensitivity_depth=None)),
+    grid = replace(cfg.protocol.grid, depths=(0.0,), expansions=(1,), sensitivity_depth=None)
+    cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid),
                   resources=replace(cfg.resources, trial_unit="model"),
                   tracking=TrackingConfig(tensorboard=True, mlflow=MLflowConfig(), log_every=10))
-    build_encoded_run(cfg)
     table = run_grid(cfg)
-    assert len(table) == 8 and (table["status"] == "ok").all()
+    assert len(table) == 2 and (table["status"] == "ok").all()
     layout = RunLayout.at(cfg.run_dir)
     finals = {cid: json.loads((layout.cell_dir(cid) / "metrics.json").read_text())
               for cid in table["cell_id"]}
