@@ -104,13 +104,15 @@ def _namespaces_refused() -> str | None:
 def _run_config(run_dir: str):
     """4 cells (1 model x 2 depths x 2 E x 1 seed) in one Tune trial (trial_unit model, as the demo preset: start-up
     dominates tiny SAEs; test_remote_run's submitted grid runs stack trials over two nodes), from a fresh synthetic
-    cohort; no feature dashboards or secondary analyses, one bootstrap chunk of each kind (the path under test is the
-    cluster's, not the analyses')."""
+    cohort of 64 records (SAE batches of 32: the training split is smaller than 64); no feature dashboards or
+    secondary analyses, one bootstrap chunk of each kind (the path under test is the cluster's, not the analyses')."""
     cfg = small_config(Path(run_dir), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,),
                                                          sensitivity_depth=None),
+                                         sae=replace(p.sae, batch_size=32),
                                          inference=replace(p.inference, patient_draws=100, crossed_draws=100)),
+                   cohort=replace(cfg.cohort, records=64, patients=32),
                    resources=replace(cfg.resources, trial_unit="model"),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 
