@@ -104,11 +104,15 @@ def _namespaces_refused() -> str | None:
 def _run_config(run_dir: str):
     """4 cells (1 model x 2 depths x 2 E x 1 seed) in one Tune trial (trial_unit model, as the demo preset: start-up
     dominates tiny SAEs; test_remote_run's submitted grid runs stack trials over two nodes), from a fresh synthetic
-    cohort; no feature dashboards or secondary analyses (the path under test is the cluster's, not the analyses')."""
+    cohort of 64 records (SAE batches of 32: the training split is smaller than 64); no feature dashboards or
+    secondary analyses, one bootstrap chunk of each kind (the path under test is the cluster's, not the analyses')."""
     cfg = small_config(Path(run_dir), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,),
-                                                         sensitivity_depth=None)),
+                                                         sensitivity_depth=None),
+                                         sae=replace(p.sae, batch_size=32),
+                                         inference=replace(p.inference, patient_draws=100, crossed_draws=100)),
+                   cohort=replace(cfg.cohort, records=64, patients=32),
                    resources=replace(cfg.resources, trial_unit="model"),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 
@@ -154,7 +158,10 @@ def _head(tmp: Path, user: str, laptop_home: Path) -> Path:
     home = tmp / "home"
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     shutil.copy(laptop_home / ".ssh" / "id_ed25519.pub", home / ".ssh" / "authorized_keys")
-    (home / ".bashrc").write_text("export PIP_NO_INDEX=1 PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1\n")
+    # a sandboxed server: no package index, no usage stats (Ray Data's collection actor: a process of its own), no
+    # workers prestarted for the first driver (the submitted job's tasks need workers with its working_dir)
+    (home / ".bashrc").write_text("export PIP_NO_INDEX=1 PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1\n"
+                                  "export RAY_USAGE_STATS_ENABLED=0 RAY_prestart_worker_first_driver=0\n")
     make_venv(home / "raybench-venv", scripts=("ray",))
     entries = []
     for line in Path("/etc/passwd").read_text().splitlines():

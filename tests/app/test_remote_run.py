@@ -63,8 +63,11 @@ def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("remote")
     token = secrets.token_hex(16)
     with s3_server() as bucket:
+        # no usage stats (Ray Data's collection actor: a worker process of its own), no workers prestarted for
+        # the first driver (a submitted job's tasks need workers with its working_dir: those stay idle)
         env = {**ray_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
-               "RAYBENCH_CACHE": str(tmp / "node-cache")}
+               "RAYBENCH_CACHE": str(tmp / "node-cache"), "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_prestart_worker_first_driver": "0"}
         gcs, dash = _free_port(), _free_port()
         groups = []
         worker_env = env
@@ -98,12 +101,17 @@ def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None
 
 def _tiny_config(run_dir: str):
     """4 cells (1 model x 2 depths x 2 E x 1 seed) in 2 layer trials (one per depth, both E), from a fresh synthetic
-    cohort; no feature dashboards or secondary analyses (the path under test is the submitted job's and the
-    bucket's, not the analyses': tests/app/test_pipeline.py's finished run has them)."""
+    cohort of 64 records (each of its files is a lease check and an upload to the bucket; SAE batches of 32, as
+    its training split is smaller than 64 records); no feature dashboards or secondary analyses, and one bootstrap
+    chunk of each kind (the path under test is the submitted job's and the bucket's, not the analyses':
+    tests/app/test_pipeline.py's finished run has them)."""
     cfg = small_config(Path("unused"), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, run_dir=run_dir,
-                   protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,), sensitivity_depth=None)),
+                   protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,), sensitivity_depth=None),
+                                    sae=replace(p.sae, batch_size=32),
+                                    inference=replace(p.inference, patient_draws=100, crossed_draws=100)),
+                   cohort=replace(cfg.cohort, records=64, patients=32),
                    resources=replace(cfg.resources, trial_unit="layer", max_failures=2),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 

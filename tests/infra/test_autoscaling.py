@@ -142,8 +142,11 @@ def test_grid_makes_rays_autoscaler_add_gpu_workers_from_zero_and_remove_them(tm
     cfg_path = tmp / "local.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     token = secrets.token_hex(16)
+    # no usage stats (Ray Data's collection actor: a worker process of its own) and no prestarted workers (on
+    # every node, the fake workers inherit the head's environment: workers start when a task or actor needs one)
     env = {**os.environ, "RAY_TMPDIR": str(tmp), "RAY_ADDRESS": "", "RAY_FAKE_CLUSTER": "1",
-           "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+           "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (tmp_path / "rehearsal.yaml").write_text(yaml.safe_dump({**_rehearsal_yaml(), "run_dir": str(run_dir)}))
