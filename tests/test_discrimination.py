@@ -64,7 +64,8 @@ def _config(run_dir) -> RunConfig:
     return RunConfig(run_dir=str(run_dir), protocol=p,
                      cohort=CohortConfig(kind="synth", records=240, patients=240, seed=11),
                      encoders=EncoderConfig(size="demo", batch_size=48, num_gpus=0.0),  # CPU: one pipeline
-                     resources=ResourceConfig(trial_unit="model")).validate()
+                     # one process per CPU runs the three trials (auto reuses only in an instance raybench started)
+                     resources=ResourceConfig(trial_unit="model", reuse_trial_processes=True)).validate()
 
 
 @pytest.mark.slow
