@@ -89,22 +89,22 @@ def test_wall_targets_time_the_demo_its_rerun_and_the_suite(tmp_path):
     assert wall_targets.verdict(612.3, 600) == "612.3 s (target <= 600 s): MISSED"
 
 
-@pytest.mark.slow  # a 24-record cohort, 24 x 3 extractors in the session's Ray
+@pytest.mark.slow  # a 12-record cohort, 12 x 3 extractors in the session's Ray
 def test_concepts_validation_bench_prints_the_synthetic_and_the_statement_tables(tmp_path, ray_cluster):
     """Both tables and the speed line; the synthetic cohort's own database (NORM / AFIB statements, heart_axis)
     stands in for a PTB-XL folder with cardiologists' statements."""
     from raybench.cohorts.panel import concept_names
     from raybench.cohorts.synth import generate_synth_cohort
 
-    cohort = generate_synth_cohort(tmp_path / "cohort", 24, 12, seed=5)
-    out = _bench(["bench/concepts_validation.py", "--synth-records", "24", "--synth-patients", "12", "--boot", "10",
+    cohort = generate_synth_cohort(tmp_path / "cohort", 12, 6, seed=5)
+    out = _bench(["bench/concepts_validation.py", "--synth-records", "12", "--synth-patients", "6", "--boot", "10",
                   "--cpus", "2", "--real", str(cohort)], timeout=600,
                  ray_address=ray_cluster.get_runtime_context().gcs_address)
     names = set(concept_names())
     rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] in names]
     assert len(rows) == 49 and all(row[1] in ("RATE_RHYTHM", "INTERVAL", "AXIS", "AMPLITUDE", "ST_T") for row in rows)
     assert re.search(r"short of r >= 0\.9: ", out)
-    assert re.search(r"waveform49 manifest of 24 records in .* records/s", out)
+    assert re.search(r"waveform49 manifest of 12 records in .* records/s", out)
     afib = [line for line in out.splitlines() if line.strip().startswith("AFIB vs NORM")]
     assert len(afib) == 2 and all("n/a" in line for line in afib), out  # rr_iqr, p_found: waveform49 only
     assert re.search(r"one process incl\. reading: waveform49 \d+ records/s, refined \d+ records/s", out)

@@ -64,17 +64,23 @@ def _config(run_dir) -> RunConfig:
     return RunConfig(run_dir=str(run_dir), protocol=p,
                      cohort=CohortConfig(kind="synth", records=240, patients=240, seed=11),
                      encoders=EncoderConfig(size="demo", batch_size=48, num_gpus=0.0),  # CPU: one pipeline
-                     resources=ResourceConfig(trial_unit="model")).validate()
+                     # one process per CPU runs the three trials (auto reuses only in an instance raybench started)
+                     resources=ResourceConfig(trial_unit="model", reuse_trial_processes=True)).validate()
 
 
 @pytest.mark.slow
-def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray_cluster):
+def test_a_run_time_registered_concept_exposing_encoder_reaches_the_workers_and_ranks_first(tmp_path, ray_cluster):
+    """The oracle, registered with `register_encoder` in this process only (no builder, no entry point), reaches the
+    Ray Data workers and stores what the single-process reference computes (this was a test of its own with its own
+    cohort and pipeline); then it ranks first on accessibility with a separating CI."""
     from raybench.analysis.atlas.run import analyze_run
     from raybench.cohorts.ptbxl import build_synth_manifest
     from raybench.cohorts.synth import generate_synth_cohort
     from raybench.core.config import audited_depths
     from raybench.encoders.base import EncoderSpec
     from raybench.encoders.extract import extract_models
+    from raybench.encoders.reference import plain_loop_activations
+    from raybench.encoders.store import ActivationStore
     from raybench.sae.grid import run_grid
 
     cfg = _config(tmp_path / "run")
@@ -85,6 +91,12 @@ def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray
     # (raybench.encoders.base.worker_builder); the `builder=` path is tests/encoders/test_extract.py's
     extract_models(layout.manifest, layout.root, [EncoderSpec(name=m, size="demo") for m in (ORACLE, *DEMO_MODELS)],
                    cfg.encoders, progress=False, depths=audited_depths(cfg.protocol))
+    spec = EncoderSpec(name=ORACLE, size="demo")
+    ref = plain_loop_activations(layout.manifest, spec, layers=[1], batch_size=cfg.encoders.batch_size)
+    store = ActivationStore(layout.activations_dir)
+    assert set(ref[1]) == {"train", "val", "test"}
+    for split, want in ref[1].items():  # float32 (values ~1; the actor's and this process's threads sum apart)
+        np.testing.assert_allclose(store.load(ORACLE, 1, split), want, rtol=0, atol=1e-5)
 
     cells = run_grid(cfg)
     assert len(cells) == 24 and (cells["status"] == "ok").all(), cells["status"].tolist()
@@ -108,23 +120,3 @@ def test_concept_exposing_encoder_ranks_first_with_a_separating_ci(tmp_path, ray
     on_disk = pd.read_parquet(layout.tables_dir / "contrasts.parquet")
     assert np.allclose(on_disk.loc[on_disk.metric == "accessibility", "ci_low"],
                        con.loc[con.metric == "accessibility", "ci_low"])
-
-
-def test_an_encoder_registered_at_run_time_reaches_the_ray_workers(tmp_path, ray_cluster):
-    """No builder, no entry point: `register_encoder` in the driver is enough for Ray Data extraction."""
-    from raybench.cohorts.ptbxl import build_synth_manifest
-    from raybench.cohorts.synth import generate_synth_cohort
-    from raybench.encoders.base import EncoderSpec
-    from raybench.encoders.extract import extract_activations
-    from raybench.encoders.reference import plain_loop_activations
-    from raybench.encoders.store import ActivationStore
-
-    generate_synth_cohort(tmp_path / "cohort", 12, 6, seed=2)
-    build_synth_manifest(tmp_path / "cohort", tmp_path / "manifest")
-    manifest = tmp_path / "manifest" / "manifest.parquet"
-    spec = EncoderSpec(name=ORACLE, size="demo")
-    extract_activations(manifest, tmp_path, spec, EncoderConfig(size="demo", batch_size=16), layers=[1],
-                        progress=False)
-    ref = plain_loop_activations(manifest, spec, layers=[1])
-    store = ActivationStore(RunLayout.at(tmp_path).activations_dir)
-    np.testing.assert_allclose(store.load(ORACLE, 1, "train"), ref[1]["train"], atol=1e-6)

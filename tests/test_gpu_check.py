@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,6 @@ import numpy as np
 import pytest
 
 from raybench.core.config import ModelDims, paper_protocol
-from tests.sae.test_grid_elastic import ray_env
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -49,9 +49,12 @@ def test_torch_bootstrap_matches_raybench_cpu_bootstrap(ray_cluster):
 
 
 @pytest.mark.slow
-def test_smoke_runs_every_part_on_the_fractional_gpu_path(tmp_path):
+def test_smoke_runs_every_part_on_the_fractional_gpu_path(tmp_path, ray_cluster):
+    """In the session's Ray (2 CPUs, one logical GPU: what --smoke starts on its own), attached through RAY_ADDRESS as
+    raybench's init_ray does: no second Ray start and stop."""
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
     proc = subprocess.run(["bash", "bench/gpu_check.sh", "--smoke", "--workdir", str(tmp_path)], cwd=ROOT,
-                          env=ray_env(), capture_output=True, text=True, timeout=900)
+                          env=env, capture_output=True, text=True, timeout=900)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
     assert "passed env, encode, train, bootstrap; failed -" in out, out

@@ -83,7 +83,7 @@ def test_grid_on_a_challenge_layout_synthetic_cohort(tmp_path, ray_cluster):
     from raybench.app.cli import main
 
     res = CliRunner().invoke(main, ["cohort", "synth", "--layout", "challenge", "--out", str(tmp_path / "cohort"),
-                                    "--records", "90", "--patients", "40", "--seed", "3"])
+                                    "--records", "48", "--patients", "24", "--seed", "3"])
     assert res.exit_code == 0, res.output
     assert list((tmp_path / "cohort").rglob("*.mat")) and not list((tmp_path / "cohort").rglob("*.dat"))
     cohort = CohortConfig(kind="wfdb", root=str(tmp_path / "cohort"), patient_key="Patient", concepts="auto")
@@ -91,7 +91,7 @@ def test_grid_on_a_challenge_layout_synthetic_cohort(tmp_path, ray_cluster):
     lines: list[str] = []
     run_pipeline(cfg, echo=lines.append)
     summary = _check_run(cfg, lines, 49)
-    assert summary["records"] == 90 and summary["credentialed"] is True
+    assert summary["records"] == 48 and summary["credentialed"] is True
 
 
 def test_the_readme_wfdb_commands_build_a_49_concept_manifest(tmp_path, monkeypatch, ray_cluster):

@@ -97,14 +97,32 @@ def models(meta) -> dict:
 
 @pytest.fixture(scope="module")
 def states(models, fixtures) -> dict:
-    """raybench's layer states on upstream's inputs, once per model and profile."""
+    """raybench's layer states on upstream's inputs, once per model and profile; `states.blocks[key]`: the block
+    outputs that forward computed on its way (`layer_states` pools `block_outputs`), kept for the pooling test."""
 
     def build(key):
         name, profile = key
-        models[name].profile = profile
-        return models[name].layer_states(torch.from_numpy(fixtures[key]["inputs"])).numpy()
+        model, seen = models[name], []
+        model.profile = profile
+        forward = model.block_outputs
 
-    return _Lazy(build)
+        def recorded(x: torch.Tensor) -> list[torch.Tensor]:
+            out = forward(x)
+            seen.append(list(out))  # a copy of the list: layer_states may replace its last entry (the final norm)
+            return out
+
+        model.block_outputs = recorded  # an instance attribute: shadows the method for this one call
+        try:
+            out = model.layer_states(torch.from_numpy(fixtures[key]["inputs"])).numpy()
+        finally:
+            del model.block_outputs
+        assert len(seen) == 1, f"{name}: layer_states ran block_outputs {len(seen)} times"
+        lazy.blocks[key] = seen[0]
+        return out
+
+    lazy = _Lazy(build)
+    lazy.blocks = {}
+    return lazy
 
 
 def test_fixture_provenance(meta, fixtures):
@@ -118,7 +136,8 @@ def test_fixture_provenance(meta, fixtures):
 @pytest.mark.parametrize("name", MODULES)
 def test_upstream_parameter_names_shapes_and_count(name, meta):
     upstream = {k: tuple(v) for k, v in meta["models"][name]["weights"].items()}
-    ours = {k: tuple(v.shape) for k, v in ENCODERS[name](MODULES[name].FULL).state_dict().items()}
+    with torch.device("meta"):  # names and shapes only: no weights drawn
+        ours = {k: tuple(v.shape) for k, v in ENCODERS[name](MODULES[name].FULL).state_dict().items()}
     if name == "csfm":  # the classification head is upstream's, dropped by name when loading
         assert sorted(set(upstream) - set(ours)) == ["mlp_head.bias", "mlp_head.weight"]
         upstream = {k: v for k, v in upstream.items() if not k.startswith("mlp_head.")}
@@ -184,7 +203,8 @@ def test_fixtures_tell_the_old_native_pooling_apart(name, models, fixtures, stat
     """The native fixtures discriminate: raybench's pre-issue rule (pre-norm token means; CSFM over its
     patch tokens) misses upstream's states, while the adopted rule matches them (test above)."""
     model, fx = models[name], fixtures[name, "native"]
-    blocks = model.block_outputs(torch.from_numpy(fx["inputs"]))
+    states[name, "native"]  # its forward ran block_outputs on these inputs: no second full-size forward
+    blocks = states.blocks[name, "native"]
     if name == "csfm":
         old = torch.stack([h[:, 1:].mean(1) for h in blocks])
     elif name == "ecg_jepa":
