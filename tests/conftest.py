@@ -65,6 +65,13 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="session")
+def ray_address(ray_cluster) -> str:
+    """The session Ray's GCS address: a driver started as a subprocess attaches there through RAY_ADDRESS, as
+    raybench's init_ray does, instead of starting (and paying for) a Ray of its own."""
+    return ray_cluster.get_runtime_context().gcs_address
+
+
+@pytest.fixture(scope="session")
 def finished_small_run(tmp_path_factory, ray_cluster):
     """One small run through every stage of `raybench grid` (tests/small_run.py finished_config), built once per
     session: (config, stage timings, printed lines). Read it as it is; change a copy (small_run.copy_run)."""

@@ -49,10 +49,10 @@ def test_bootstrap_bench_names_the_gemm_kernel_and_matches_the_naive_recomputati
 
 
 @pytest.mark.slow
-def test_encode_bench_prints_both_paths_and_the_marginal_rate(tmp_path, ray_cluster):
+def test_encode_bench_prints_both_paths_and_the_marginal_rate(tmp_path, ray_address):
     out = _bench(["bench/encode.py", "--records", "8", "12", "--models", "csfm", "--size", "demo",
                   "--batch-size", "4", "--workdir", str(tmp_path)], timeout=600,
-                 ray_address=ray_cluster.get_runtime_context().gcs_address)
+                 ray_address=ray_address)
     assert out.count("ray/plain") == 3 and "marginal 8->12 records" in out, out
     assert "B/record/layer" in out
 
@@ -90,7 +90,7 @@ def test_wall_targets_time_the_demo_its_rerun_and_the_suite(tmp_path):
 
 
 @pytest.mark.slow  # a 12-record cohort, 12 x 3 extractors in the session's Ray
-def test_concepts_validation_bench_prints_the_synthetic_and_the_statement_tables(tmp_path, ray_cluster):
+def test_concepts_validation_bench_prints_the_synthetic_and_the_statement_tables(tmp_path, ray_address):
     """Both tables and the speed line; the synthetic cohort's own database (NORM / AFIB statements, heart_axis)
     stands in for a PTB-XL folder with cardiologists' statements."""
     from raybench.cohorts.panel import concept_names
@@ -99,7 +99,7 @@ def test_concepts_validation_bench_prints_the_synthetic_and_the_statement_tables
     cohort = generate_synth_cohort(tmp_path / "cohort", 12, 6, seed=5)
     out = _bench(["bench/concepts_validation.py", "--synth-records", "12", "--synth-patients", "6", "--boot", "10",
                   "--cpus", "2", "--real", str(cohort)], timeout=600,
-                 ray_address=ray_cluster.get_runtime_context().gcs_address)
+                 ray_address=ray_address)
     names = set(concept_names())
     rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] in names]
     assert len(rows) == 49 and all(row[1] in ("RATE_RHYTHM", "INTERVAL", "AXIS", "AMPLITUDE", "ST_T") for row in rows)

@@ -49,10 +49,10 @@ def test_torch_bootstrap_matches_raybench_cpu_bootstrap(ray_cluster):
 
 
 @pytest.mark.slow
-def test_smoke_runs_every_part_on_the_fractional_gpu_path(tmp_path, ray_cluster):
+def test_smoke_runs_every_part_on_the_fractional_gpu_path(tmp_path, ray_address):
     """In the session's Ray (2 CPUs, one logical GPU: what --smoke starts on its own), attached through RAY_ADDRESS as
     raybench's init_ray does: no second Ray start and stop."""
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
+    env = {**os.environ, "RAY_ADDRESS": ray_address}
     proc = subprocess.run(["bash", "bench/gpu_check.sh", "--smoke", "--workdir", str(tmp_path)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=900)
     out = proc.stdout

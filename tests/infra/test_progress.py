@@ -201,7 +201,7 @@ RAY_STAGE = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path, ray_cluster):
+def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path, ray_address):
     """A real run of the first three stages (Ray start, Ray Data, encoder actor pool): by default the output is
     raybench's lines only; `--verbose` lets Ray's own through (shown on a one-task stage that attaches to the
     session's Ray through RAY_ADDRESS: Ray's connect lines are enough, and a second encode or Ray start would
@@ -218,7 +218,7 @@ def test_grid_keeps_rays_own_lines_out_unless_verbose(tmp_path, ray_cluster):
     path.write_text(dump_run_config(cfg))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)  # the quiet driver starts its own local Ray (its start-up lines stay out)
-    attach = {**env, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
+    attach = {**env, "RAY_ADDRESS": ray_address}
     procs = {}  # the two drivers side by side: the test waits on the longer one only
     for driver, flags, driver_env in ((REAL, (), env), (RAY_STAGE, ("--verbose",), attach)):
         run_dir = tmp_path / f"run{len(flags)}"

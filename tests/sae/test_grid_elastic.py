@@ -213,7 +213,8 @@ def _checkpointed_unfinished(layout: RunLayout) -> bool:
 
 
 @pytest.mark.slow
-def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(encoded, tmp_path, ray_cluster):
+def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(encoded, tmp_path, ray_cluster,
+                                                                             ray_address):
     from raybench.sae.grid import run_grid
 
     # one reused trial process per driver runs its trials one after another (1 CPU, 1 thread each, as ever): a trial
@@ -228,7 +229,7 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     # both drivers attach to the session's Ray (2 CPUs) as Ray jobs instead of each starting a local instance: a
     # SIGKILLed driver's job ends and Ray kills its trial processes, so the resumed driver finds only what the killed
     # one persisted (its cells and in-trial checkpoints)
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
+    env = {**os.environ, "RAY_ADDRESS": ray_address}
 
     t0 = time.perf_counter()
     log = tmp_path / "killed_driver.log"  # its output, shown when it did not get as far as the test needs
