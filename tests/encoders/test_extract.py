@@ -526,7 +526,12 @@ def test_encode_cli_end_to_end(ray_cluster, tmp_path):
         pytest.skip("st_mem not registered yet")
     run = tmp_path / "run"
     write_cohort(run / "manifest", n=6, fs=500, n_samples=5000, bad=False)
-    args = ["encode", "--run-dir", str(run), "--models", "st_mem", "--size", "demo", "--batch-size", "4", "--quiet"]
+    # the demo config with one encoder actor instead of its two (one torch process less; a pool of two is
+    # test_gpu_share_pools_rerun_skips_complete_stores_crash_frees_actors_and_leaves_no_partial_store's)
+    config = tmp_path / "one_actor.yaml"
+    config.write_text("encoders:\n  min_actors: 1\n  max_actors: 1\n")
+    args = ["encode", "--run-dir", str(run), "--config", str(config), "--models", "st_mem", "--size", "demo",
+            "--batch-size", "4", "--quiet"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     store = ActivationStore.for_run(run)
