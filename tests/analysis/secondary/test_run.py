@@ -54,7 +54,10 @@ def _build_run(root: Path):
     layout = RunLayout.at(root)
     cohort = generate_synth_cohort(layout.cohort_dir, 150, 60, 11)
     build_synth_manifest(cohort, layout.manifest_dir, num_cpus=1)
-    extract_models(layout.manifest, root, [EncoderSpec(name=m, size="demo") for m in MODELS], cfg.encoders,
+    # one encoder actor for both models (the demo config's two cost a second torch process; the stores are the
+    # same bytes: tests/encoders/test_extract.py)
+    encoders = dataclasses.replace(cfg.encoders, min_actors=1, max_actors=1)
+    extract_models(layout.manifest, root, [EncoderSpec(name=m, size="demo") for m in MODELS], encoders,
                    depths=cfg.protocol.grid.depths, progress=False, cpu_threads=1)
     protocol = cfg.protocol
     cells = build_cells(protocol, ActivationStore.for_run(root).model_dims(MODELS))
