@@ -19,7 +19,6 @@ per-patient sums of (a, y, a^2, y^2, a*y) in CORR_PARTS order (a: a concept's se
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 CONSTANT_RTOL = 1e-12
 CORR_PARTS = ("a", "y", "aa", "yy", "ay")  # order of the last axis of `corr` sums
@@ -82,6 +81,8 @@ def per_patient_sums(codes: np.ndarray, n_patients: int, values: np.ndarray) -> 
         raise ValueError(f"codes [R] and values [R, ...] do not fit: {codes.shape}, {values.shape}")
     if codes.size and (codes.min() < 0 or codes.max() >= n_patients):
         raise ValueError(f"patient codes must lie in 0..{n_patients - 1}, got {codes.min()}..{codes.max()}")
+    import scipy.sparse as sp  # here: the bootstrap workers that import this module only combine sums
+
     onehot = sp.csr_matrix((np.ones(codes.size), (codes, np.arange(codes.size))), shape=(n_patients, codes.size))
     flat = values.reshape(codes.size, -1)
     return np.asarray(onehot @ flat).reshape(n_patients, *values.shape[1:])

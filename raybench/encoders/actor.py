@@ -43,8 +43,8 @@ class EncoderActor:
         self.label = f"{self.device}" + (f" (gpu {','.join(self.gpu_ids)} assigned)" if self.gpu_ids else "")
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.load is not None:
-            batch = load_batch(batch, **self.load)
+        if self.load is not None:  # CPU path: this actor's own encoder preprocesses (no second, meta build)
+            batch = load_batch(batch, **self.load, preprocessor=self.encoder)
         ok = batch["ok"]
         n = len(ok)
         states = np.zeros((n, len(self.layers), self.encoder.d), dtype=np.float32)
@@ -98,7 +98,7 @@ class MultiEncoderActor:
                 try:
                     if isinstance(wave, RecordError):
                         raise wave
-                    x[i], got = _native(wave, spec, builder, x_shape)
+                    x[i], got = _native(wave, spec, builder, x_shape, encoder)
                 except RecordError as err:
                     ok[i], reason[i], detail[i] = False, err.reason, err.detail
                     continue
@@ -111,10 +111,15 @@ class MultiEncoderActor:
         return out
 
 
-def _native(wave: Waveform, spec: EncoderSpec, builder: Builder | None,
-            x_shape: tuple[int, ...]) -> tuple[np.ndarray, list[str]]:
-    """One read record -> one model's native input, as a loading worker makes it (meta-device preprocessor,
-    rebuilt for real when its preprocess needs tensors); each model gets its own copy of the signal."""
+def _native(wave: Waveform, spec: EncoderSpec, builder: Builder | None, x_shape: tuple[int, ...],
+            encoder: ECGEncoder | None = None) -> tuple[np.ndarray, list[str]]:
+    """One record -> one model's native input, as a loading worker makes it (meta-device preprocessor, rebuilt
+    for real when its preprocess needs tensors), or with `encoder`'s preprocess where the caller holds the built
+    encoder already (an actor: the same input, without a second build); each model gets its own copy of the
+    signal."""
+    if encoder is not None:
+        return apply_preprocess(dataclasses.replace(wave, signal=wave.signal.copy()), encoder.preprocess,
+                                spec.name, x_shape)
     try:
         return apply_preprocess(dataclasses.replace(wave, signal=wave.signal.copy()),
                                 _preprocessor(spec, builder).preprocess, spec.name, x_shape, wrap_errors=False)

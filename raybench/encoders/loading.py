@@ -149,8 +149,11 @@ def native_input(root: str, row: dict[str, Any], preprocess: Callable[[np.ndarra
 
 
 def _worker_native(root: str, row: dict[str, Any], spec: EncoderSpec, builder: Builder | None,
-                   x_shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, list[str]]:
+                   x_shape: tuple[int, ...] | None = None, preprocessor: ECGEncoder | None = None
+                   ) -> tuple[np.ndarray, list[str]]:
     wave = read_input(root, row)
+    if preprocessor is not None:  # the real encoder: what the fallback below rebuilds, without a build
+        return apply_preprocess(wave, preprocessor.preprocess, spec.name, x_shape)
     try:
         return apply_preprocess(wave, _preprocessor(spec, builder).preprocess, spec.name, x_shape, wrap_errors=False)
     except RecordError:
@@ -160,8 +163,13 @@ def _worker_native(root: str, row: dict[str, Any], spec: EncoderSpec, builder: B
 
 
 def load_batch(batch: dict[str, np.ndarray], *, root: str, spec: EncoderSpec, builder: Builder | None,
-               x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """Ray Data UDF: a batch of manifest rows -> native inputs; bad records flagged (zeros), never raised."""
+               x_shape: tuple[int, ...], preprocessor: ECGEncoder | None = None) -> dict[str, np.ndarray]:
+    """Ray Data UDF: a batch of manifest rows -> native inputs; bad records flagged (zeros), never raised.
+
+    `preprocessor`: a built encoder of `spec` whose preprocess to use, where the caller holds one (an encoder
+    actor that loads its own records); else this worker's meta-device copy (`_preprocessor`). Building that
+    copy costs more than it saves where the real one is at hand: a meta build goes through torch's Python
+    reference kernels, whose first use imports torch._dynamo (~1.3 CPU-s per process)."""
     n = len(batch["ecg_id"])
     x = np.zeros((n, *x_shape), dtype=np.float32)
     ok = np.ones(n, dtype=bool)
@@ -171,7 +179,7 @@ def load_batch(batch: dict[str, np.ndarray], *, root: str, spec: EncoderSpec, bu
     for i in range(n):
         row = {k: batch[k][i] for k in ("path", "fs", "n_samples", "record_samples") if k in batch}
         try:
-            x[i], got = _worker_native(root, row, spec, builder, x_shape)
+            x[i], got = _worker_native(root, row, spec, builder, x_shape, preprocessor)
         except RecordError as err:
             ok[i], reason[i], detail[i] = False, err.reason, err.detail
             continue

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 # ---------------------------------------------------------------- common-scale summary
 
@@ -57,6 +56,8 @@ def _unit_columns(a: np.ndarray) -> np.ndarray:
 
 def matched_cosine(a: np.ndarray, b: np.ndarray) -> float:
     """Mean cosine of the one-to-one column matching (Hungarian) that maximizes the signed cosine sum."""
+    from scipy.optimize import linear_sum_assignment  # here: most importers only weigh AUCs (auc_weights)
+
     cos = _unit_columns(a).T @ _unit_columns(b)
     rows, cols = linear_sum_assignment(cos, maximize=True)
     return float(cos[rows, cols].mean())

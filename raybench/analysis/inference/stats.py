@@ -8,7 +8,6 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from scipy.stats import kendalltau
 
 from raybench.core.protocol import analysis_order
 
@@ -148,6 +147,9 @@ def rank_tau(a: Mapping[str, float], b: Mapping[str, float], models: Sequence[st
     ob = rank_order(b, common, higher_better, sort)
     if len(common) < 2:
         return float("nan"), float("nan"), ">".join(oa), ">".join(ob), len(common)
+    from scipy.stats import kendalltau  # here, not at the top: the bootstrap and figure workers that import this
+    # module never rank models, and scipy.stats costs them ~0.6 CPU-s each to import
+
     res = kendalltau([oa.index(m) + 1 for m in common], [ob.index(m) + 1 for m in common])
     return float(res.statistic), float(res.pvalue), ">".join(oa), ">".join(ob), len(common)
 
