@@ -100,11 +100,13 @@ def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None
 
 
 def _tiny_config(run_dir: str):
-    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 2 layer trials (one per depth, both E), from a fresh synthetic
-    cohort of 48 records of 24 patients (each of its files is a lease check and an upload to the bucket; its training
-    split holds 38, SAE batches of 32 fit it); no feature dashboards or secondary analyses, and one bootstrap
-    chunk of each kind (the path under test is the submitted job's and the bucket's, not the analyses':
-    tests/app/test_pipeline.py's finished run has them)."""
+    """4 cells (1 model x 2 depths x 2 E x 1 seed) in one Tune trial (trial_unit model: its process adopts the driver's
+    lease and uploads its cells to the bucket as each trial's would; several trials spread over nodes are
+    tests/sae/test_grid_elastic.py's and tests/infra/test_autoscaling.py's), from a fresh synthetic cohort of 48
+    records of 24 patients (each of its files is a lease check and an upload to the bucket; its training split holds
+    38, SAE batches of 32 fit it); no feature dashboards or secondary analyses, and one bootstrap chunk of each kind
+    (the path under test is the submitted job's and the bucket's, not the analyses': tests/app/test_pipeline.py's
+    finished run has them)."""
     cfg = small_config(Path("unused"), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, run_dir=run_dir,
@@ -112,7 +114,7 @@ def _tiny_config(run_dir: str):
                                     sae=replace(p.sae, batch_size=32),
                                     inference=replace(p.inference, patient_draws=100, crossed_draws=100)),
                    cohort=replace(cfg.cohort, records=48, patients=24),
-                   resources=replace(cfg.resources, trial_unit="layer", max_failures=2),
+                   resources=replace(cfg.resources, trial_unit="model", max_failures=2),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 
 
