@@ -2,10 +2,9 @@
 `ray start --head` (token auth on, dashboard on loopback), running `raybench grid` with an `s3://` run folder
 on a real S3-compatible server (moto on loopback); then `status`, `logs`, `stop`.
 
-One node: a 1-CPU worker node stood beside the head before, but the submitted grid's trials ran on the head (its 2
-CPUs hold them) and nothing here checked where. Worker nodes joining a token-auth head, and trials on nodes other
-than the driver's, are tests/infra/test_autoscaling.py's (Ray's autoscaler adds them) and
-tests/sae/test_grid_elastic.py's.
+One node, whose 2 CPUs hold the whole grid: the path under test is the job's and the bucket's, not where its parts
+run. Worker nodes joining a token-auth head, and trials on nodes other than the driver's, are
+tests/infra/test_autoscaling.py's (Ray's autoscaler adds them) and tests/sae/test_grid_elastic.py's.
 """
 
 from __future__ import annotations
