@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import json
 import logging
+import os
 import threading
 from typing import Any
 
@@ -72,13 +73,20 @@ class S3Lease:
         self.writes = 0
         self.lost: str | None = None  # why the lease was lost, once it is
         self._guard = threading.Lock()  # one conditional put at a time: the refresh thread's or check's
+        self._made = threading.Lock()  # the client is made once (boto3's default session is not thread-safe)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._s3 = None
 
     def _client(self):
+        """One client for the lease's life (boto3 clients are thread-safe): `check` runs before every upload, and a
+        client made per call costs its set-up and a new connection each time."""
         import boto3
 
-        return boto3.client("s3")  # AWS_ENDPOINT_URL and credentials from the environment, as raybench.infra.storage
+        with self._made:
+            if self._s3 is None:  # AWS_ENDPOINT_URL and credentials from the environment, as raybench.infra.storage
+                self._s3 = boto3.client("s3")
+            return self._s3
 
     def _body(self) -> bytes:
         """The lease object; each write differs (`writes`), so its ETag changes and a taker that read it before a
@@ -209,14 +217,26 @@ def check_lease(uri: str) -> None:
         _verify_adopted(key, _adopted[key])
 
 
+_CLIENT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_DEFAULT_REGION")
+_worker_s3: dict[tuple, Any] = {}  # `_verify_adopted`'s client, one per store settings (it runs before every upload)
+
+
+def _worker_client():
+    import boto3
+
+    key = tuple(os.environ.get(k) for k in _CLIENT_ENV)
+    if key not in _worker_s3:
+        _worker_s3[key] = boto3.client("s3")
+    return _worker_s3[key]
+
+
 def _verify_adopted(uri: str, token: str) -> None:
     """A worker's check: the lease object still names the driver's token and the store says it is not expired."""
-    import boto3
     from botocore.exceptions import ClientError
 
     bucket, _, prefix = uri.partition("://")[2].partition("/")
     try:
-        got = boto3.client("s3").get_object(Bucket=bucket, Key=f"{prefix.strip('/')}/{LOCK_NAME}".lstrip("/"))
+        got = _worker_client().get_object(Bucket=bucket, Key=f"{prefix.strip('/')}/{LOCK_NAME}".lstrip("/"))
         holder, age = json.loads(got["Body"].read()), _store_age(got)
     except ClientError as err:
         if err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 404:

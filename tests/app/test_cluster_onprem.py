@@ -103,8 +103,8 @@ def _namespaces_refused() -> str | None:
 
 def _run_config(run_dir: str):
     """4 cells (1 model x 2 depths x 2 E x 1 seed) in one Tune trial (trial_unit model, as the demo preset: start-up
-    dominates tiny SAEs; test_remote_run's submitted grid runs stack trials over two nodes), from a fresh synthetic
-    cohort of 64 records (SAE batches of 32: the training split is smaller than 64); no feature dashboards or
+    dominates tiny SAEs; tests/sae/test_grid_elastic.py spreads trials over nodes), from a fresh synthetic
+    cohort of 48 records, 24 patients (its training split holds 38: SAE batches of 32 fit it); no feature dashboards or
     secondary analyses, one bootstrap chunk of each kind (the path under test is the cluster's, not the analyses')."""
     cfg = small_config(Path(run_dir), models=("csfm",), steps=40)
     p = cfg.protocol
@@ -112,7 +112,7 @@ def _run_config(run_dir: str):
                                                          sensitivity_depth=None),
                                          sae=replace(p.sae, batch_size=32),
                                          inference=replace(p.inference, patient_draws=100, crossed_draws=100)),
-                   cohort=replace(cfg.cohort, records=64, patients=32),
+                   cohort=replace(cfg.cohort, records=48, patients=24),
                    resources=replace(cfg.resources, trial_unit="model"),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 

@@ -1,6 +1,10 @@
-"""Laptop -> cluster, end to end: `raybench submit` (the real Ray Jobs client) to a two-node cluster
-started with `ray start` (token auth on, dashboard on loopback), running `raybench grid` with an
-`s3://` run folder on a real S3-compatible server (moto on loopback); then `status`, `logs`, `stop`.
+"""Laptop -> cluster, end to end: `raybench submit` (the real Ray Jobs client) to a cluster started with
+`ray start --head` (token auth on, dashboard on loopback), running `raybench grid` with an `s3://` run folder
+on a real S3-compatible server (moto on loopback); then `status`, `logs`, `stop`.
+
+One node, whose 2 CPUs hold the whole grid: the path under test is the job's and the bucket's, not where its parts
+run. Worker nodes joining a token-auth head, and trials on nodes other than the driver's, are
+tests/infra/test_autoscaling.py's (Ray's autoscaler adds them) and tests/sae/test_grid_elastic.py's.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def _ray_start(args: list[str], env: dict) -> int:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """moto S3 + a head (2 CPUs: one for the job driver) and a worker (1 CPU), token auth on."""
+    """moto S3 + a head (2 CPUs), token auth on."""
     import ray._private.utils
 
     dep_error = ray._private.utils.get_dashboard_dependency_error()
@@ -70,16 +74,10 @@ def cluster(tmp_path_factory):
                "RAY_prestart_worker_first_driver": "0"}
         gcs, dash = _free_port(), _free_port()
         groups = []
-        worker_env = env
         try:
             groups.append(_ray_start(["--head", f"--port={gcs}", "--num-cpus=2", "--num-gpus=0",
                                       "--include-dashboard=true", "--dashboard-host=127.0.0.1",
                                       f"--dashboard-port={dash}", f"--ray-client-server-port={_free_port()}"], env))
-            # its own temp dir, as on a separate machine: nodes sharing one session folder re-extract each
-            # other's job working_dir (rm + unzip) under the running job driver, whose cwd then vanishes
-            worker_env = ray_env(env)
-            groups.append(_ray_start([f"--address=127.0.0.1:{gcs}", "--num-cpus=1", "--num-gpus=0",
-                                      f"--temp-dir={worker_env['RAY_TMPDIR']}"], worker_env))
             # the laptop side: only the address and the token, a private HOME (last-job file)
             client_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
             client_env.update(HOME=str(tmp / "home"), RAY_AUTH_TOKEN=token)
@@ -90,8 +88,7 @@ def cluster(tmp_path_factory):
             for pgid in groups:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGKILL)
-            for e in (env, worker_env):
-                shutil.rmtree(e["RAY_TMPDIR"], ignore_errors=True)
+            shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
 def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -100,19 +97,21 @@ def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None
 
 
 def _tiny_config(run_dir: str):
-    """4 cells (1 model x 2 depths x 2 E x 1 seed) in 2 layer trials (one per depth, both E), from a fresh synthetic
-    cohort of 64 records (each of its files is a lease check and an upload to the bucket; SAE batches of 32, as
-    its training split is smaller than 64 records); no feature dashboards or secondary analyses, and one bootstrap
-    chunk of each kind (the path under test is the submitted job's and the bucket's, not the analyses':
-    tests/app/test_pipeline.py's finished run has them)."""
+    """4 cells (1 model x 2 depths x 2 E x 1 seed) in one Tune trial (trial_unit model: its process adopts the driver's
+    lease and uploads its cells to the bucket as each trial's would; several trials spread over nodes are
+    tests/sae/test_grid_elastic.py's and tests/infra/test_autoscaling.py's), from a fresh synthetic cohort of 48
+    records of 24 patients (each of its files is a lease check and an upload to the bucket; its training split holds
+    38, SAE batches of 32 fit it); no feature dashboards or secondary analyses, and one bootstrap chunk of each kind
+    (the path under test is the submitted job's and the bucket's, not the analyses': tests/app/test_pipeline.py's
+    finished run has them)."""
     cfg = small_config(Path("unused"), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, run_dir=run_dir,
                    protocol=replace(p, grid=replace(p.grid, expansions=(1, 4), seeds=(4311,), sensitivity_depth=None),
                                     sae=replace(p.sae, batch_size=32),
                                     inference=replace(p.inference, patient_draws=100, crossed_draws=100)),
-                   cohort=replace(cfg.cohort, records=64, patients=32),
-                   resources=replace(cfg.resources, trial_unit="layer", max_failures=2),
+                   cohort=replace(cfg.cohort, records=48, patients=24),
+                   resources=replace(cfg.resources, trial_unit="model", max_failures=2),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
 
 

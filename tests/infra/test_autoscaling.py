@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:  # when run as the probe script
 LOCAL_YAML = ROOT / "cluster" / "local.yaml"
 README = ROOT / "cluster" / "README.md"
 GPU_TYPE = "gpu_worker"
-IDLE_WAIT_S = 150  # idle_timeout_minutes (0.5) + the autoscaler's rounds + node shutdown, on 2 loaded cores
+IDLE_WAIT_S = 150  # idle_timeout_minutes (0.25) + the autoscaler's rounds + node shutdown, on 2 loaded cores
 
 
 def _local_config() -> dict:
