@@ -226,8 +226,8 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     # one reused trial process per driver runs its trials one after another (1 CPU, 1 thread each, as ever): a trial
     # process start per driver, not one per trial
     one_process = {"reuse_trial_processes": True, "max_concurrent_trials": 1}
-    # no sensitivity arm: resuming does not depend on a trial's arm (4 stacks, 8 cells)
-    cfg = _fresh(encoded, tmp_path / "killed", steps=100, sensitivity=False, **one_process)
+    # no sensitivity arm: resuming does not depend on a trial's arm (4 stacks, 8 cells); 60 steps: checkpoints at 20, 40
+    cfg = _fresh(encoded, tmp_path / "killed", steps=60, sensitivity=False, **one_process)
     layout = RunLayout.at(cfg.run_dir)
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(dump_run_config(cfg))
@@ -272,7 +272,7 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     assert all(after[c] == t for c, t in before.items()), "finished cells were retrained"
     assert "stopped after train" in resumed.stdout and not layout.report.exists()
 
-    ref = _fresh(encoded, tmp_path / "reference", steps=100, sensitivity=False, **one_process)
+    ref = _fresh(encoded, tmp_path / "reference", steps=60, sensitivity=False, **one_process)
     # the uninterrupted run trains its 4 stacks in 1 trial (trial_unit model: one per arm; still 1 CPU, 1 thread),
     # in one process: 1 trial process start instead of 4, and the cells must not depend on how stacks are grouped
     # in trials
