@@ -35,13 +35,18 @@ from tests.small_run import small_config  # noqa: E402
 
 METRICS = ["cell_id", "status", "val_r2", "test_r2", "val_dead_fraction", "val_mean_l0", "gate_pass",
            "test_accessibility", "test_coverage"]
-ELASTIC_STEPS = 100  # the add/kill scenario: 4 checkpoint reports per trial keep it running while the worker joins
+ELASTIC_STEPS = 60  # the add/kill scenario: 2 checkpoint reports per trial (20, 40); the worker joins at the first
 N_CELLS = 12  # csfm: 2 depths x 2 E x 2 seeds + sensitivity 2 E x 2 seeds; 6 stacks
+N_PRIMARY = 8  # without the sensitivity arm: 4 stacks
 
 
-def elastic_config(run_dir: Path, steps: int = 60, **resources) -> RunConfig:
-    """One model, 12 cells in 6 one-CPU stack trials, checkpoints every 20 steps."""
+def elastic_config(run_dir: Path, steps: int = 60, sensitivity: bool = True, **resources) -> RunConfig:
+    """One model, 12 cells in 6 one-CPU stack trials (8 in 4 without the sensitivity arm), checkpoints every 20
+    steps."""
     cfg = small_config(run_dir, models=("csfm",), steps=steps)
+    if not sensitivity:  # the arm's stacks are trials like any other: scenarios about scheduling do not need them
+        grid = replace(cfg.protocol.grid, sensitivity_depth=None)
+        cfg = replace(cfg, protocol=replace(cfg.protocol, grid=grid))
     res = replace(cfg.resources, trial_unit="stack", trial_cpus=1.0, max_failures=2, **resources)
     return replace(cfg, resources=res).validate()
 
@@ -116,6 +121,7 @@ def _run_script(args: list[str], timeout: float, env: dict | None = None) -> sub
 
 @pytest.mark.slow
 def test_added_worker_receives_trials_and_killed_worker_is_retried_elsewhere(encoded, tmp_path):
+    # 6 stack trials (keeps the sensitivity arm): with 4 no trial is left for the worker after its first one
     cfg = _fresh(encoded, tmp_path / "run", steps=ELASTIC_STEPS)
     out = tmp_path / "elastic.json"
     proc = _run_script([__file__, "elastic", cfg.run_dir, str(out), str(tmp_path / "hold")], timeout=420)
@@ -220,7 +226,8 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     # one reused trial process per driver runs its trials one after another (1 CPU, 1 thread each, as ever): a trial
     # process start per driver, not one per trial
     one_process = {"reuse_trial_processes": True, "max_concurrent_trials": 1}
-    cfg = _fresh(encoded, tmp_path / "killed", steps=100, **one_process)
+    # no sensitivity arm: resuming does not depend on a trial's arm (4 stacks, 8 cells); 60 steps: checkpoints at 20, 40
+    cfg = _fresh(encoded, tmp_path / "killed", steps=60, sensitivity=False, **one_process)
     layout = RunLayout.at(cfg.run_dir)
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(dump_run_config(cfg))
@@ -250,7 +257,7 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
         time.sleep(0.2)
     assert ray_cluster.available_resources().get("CPU", 0) >= 2, "the killed driver's trials still hold CPUs"
     before = {c: (layout.cell_dir(c) / "metrics.json").stat().st_mtime_ns for c in _done_cells(layout)}
-    assert 0 < len(before) < N_CELLS, (f"the driver should have been killed mid-grid (after {t_killed:.0f} s, exit "
+    assert 0 < len(before) < N_PRIMARY, (f"the driver should have been killed mid-grid (after {t_killed:.0f} s, exit "
                                        f"{proc.returncode}); its output ends:\n{log.read_text()[-3000:]}")
     assert mid_checkpoint, "no trial had a checkpoint when the driver was killed"
 
@@ -261,14 +268,14 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
     for stage in ("cohort", "manifest", "encode"):
         assert f"{stage:<9} complete, skipped" in resumed.stdout
     after = {c: (layout.cell_dir(c) / "metrics.json").stat().st_mtime_ns for c in _done_cells(layout)}
-    assert len(after) == N_CELLS
+    assert len(after) == N_PRIMARY
     assert all(after[c] == t for c, t in before.items()), "finished cells were retrained"
     assert "stopped after train" in resumed.stdout and not layout.report.exists()
 
-    ref = _fresh(encoded, tmp_path / "reference", steps=100, **one_process)
-    # the uninterrupted run trains its 6 stacks in 2 trials (trial_unit model: one per arm; still 1 CPU, 1 thread
-    # each), one after another in one process: 1 trial process start instead of 6, and the cells must not depend
-    # on how stacks are grouped in trials
+    ref = _fresh(encoded, tmp_path / "reference", steps=60, sensitivity=False, **one_process)
+    # the uninterrupted run trains its 4 stacks in 1 trial (trial_unit model: one per arm; still 1 CPU, 1 thread),
+    # in one process: 1 trial process start instead of 4, and the cells must not depend on how stacks are grouped
+    # in trials
     ref = replace(ref, resources=replace(ref.resources, trial_unit="model"))
     t0 = time.perf_counter()
     expected = run_grid(ref)
@@ -279,7 +286,7 @@ def test_killed_driver_resumes_only_the_rest_and_matches_an_uninterrupted_run(en
         a = (layout.cell_dir(cell) / "sae.safetensors").read_bytes()
         b = (RunLayout.at(ref.run_dir).cell_dir(cell) / "sae.safetensors").read_bytes()
         assert a == b, f"{cell}: weights differ from the uninterrupted run"
-    print(f"\nkilled after {t_killed:.1f} s with {len(before)}/{N_CELLS} cells; resumed `raybench grid` "
+    print(f"\nkilled after {t_killed:.1f} s with {len(before)}/{N_PRIMARY} cells; resumed `raybench grid` "
           f"{t_resumed:.1f} s; uninterrupted run_grid {t_ref:.1f} s")
 
 
