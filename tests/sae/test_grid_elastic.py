@@ -35,7 +35,7 @@ from tests.small_run import small_config  # noqa: E402
 
 METRICS = ["cell_id", "status", "val_r2", "test_r2", "val_dead_fraction", "val_mean_l0", "gate_pass",
            "test_accessibility", "test_coverage"]
-ELASTIC_STEPS = 60  # the add/kill scenario: 2 checkpoint reports per trial (20, 40); the worker joins at the first
+ELASTIC_STEPS = 100  # the add/kill scenario: 4 checkpoint reports per trial keep it running while the worker joins
 N_CELLS = 12  # csfm: 2 depths x 2 E x 2 seeds + sensitivity 2 E x 2 seeds; 6 stacks
 N_PRIMARY = 8  # without the sensitivity arm: 4 stacks
 
