@@ -28,9 +28,10 @@ def second_cohort(finished_small_run, tmp_path_factory):
                               features=FeaturesConfig(enabled=False),
                               secondary=dataclasses.replace(cfg.secondary_settings(), analyses=()),
                               reliability=dataclasses.replace(cfg.reliability, cheap=False),
-                              # speed only (outside config_hash): 4 trials in 2 reused processes, 1 encoder batch
+                              # speed only (outside config_hash): 4 trials one after another in 1 reused process
+                              # (CPU-seconds, not wall, count on the test machine), 1 encoder batch
                               resources=dataclasses.replace(cfg.resources, trial_unit="model",
-                                                            reuse_trial_processes=True),
+                                                            reuse_trial_processes=True, max_concurrent_trials=1),
                               encoders=dataclasses.replace(cfg.encoders, batch_size=128))
     run_pipeline(cfg, echo=lambda _: None)
     return finished_small_run[0], cfg
