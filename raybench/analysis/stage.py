@@ -50,9 +50,11 @@ class AnalyzeResult:
                 f"audit: {audit.summary if audit is not None else 'not run'}")
 
 
-def render_outputs(root: str | Path, protocol: Protocol | None, parallel: bool | None = None) -> Rendered:
-    """Every analysis' figures from the tables, the release audit against `protocol` (audit.json kept as it is
-    when None), report.html."""
+def render_outputs(root: str | Path, protocol: Protocol | None, parallel: bool | None = None,
+                   only: tuple[str, ...] | None = None) -> Rendered:
+    """Every analysis' figures from the tables (or only those of the analyses named in `only`: a command that
+    rewrote just their tables), the release audit against `protocol` (audit.json kept as it is when None),
+    report.html."""
     from raybench.analysis.api import RenderInputs
     from raybench.analysis.records import read_audit
     from raybench.analysis.registry import ANALYSES
@@ -62,7 +64,7 @@ def render_outputs(root: str | Path, protocol: Protocol | None, parallel: bool |
     inp = RenderInputs(RunLayout.at(root).root, protocol, parallel)
     written: list[Path] = []
     for analysis in ANALYSES:
-        if analysis.render is not None:
+        if analysis.render is not None and (only is None or analysis.name in only):
             written += analysis.render(inp)
     figures = [p for p in written if p.suffix in (".png", ".svg") and p.parent == inp.layout.figures_dir]
     recorded = read_audit(root) if protocol is not None else None

@@ -107,8 +107,10 @@ def test_a_third_encoder_is_encoded_trained_and_analyzed_alone(tmp_path, finishe
 
     more = _with_models(cfg, ("ecg_fm", "csfm", "st_mem"))
     # the feature dashboards, secondary analyses and the reliability audit's cheap part (outside config_hash) are
-    # not this test's: off for the rerun; st_mem encoded in one batch (speed only)
+    # not this test's: off for the rerun; st_mem encoded in one batch, its 2 trials (primary, sensitivity) one
+    # after the other in 1 reused process (speed only)
     more = replace(more, features=FeaturesConfig(enabled=False),
+                   resources=replace(more.resources, max_concurrent_trials=1),
                    secondary=replace(more.secondary_settings(), analyses=()),
                    reliability=replace(more.reliability, cheap=False),
                    encoders=replace(more.encoders, batch_size=128))

@@ -34,6 +34,8 @@ def test_command_writes_tables_figures_and_report(finished):
     from raybench.app.cli import main
 
     layout = RunLayout.at(finished.run_dir)
+    atlas_fig = layout.figures_dir / "atlas_val_r2.png"
+    atlas_mtime = atlas_fig.stat().st_mtime_ns
     res = CliRunner().invoke(main, ["reliability", "--run-dir", str(layout.root)])
     assert res.exit_code == 0, res.output
     for name in ("reliability", "reliability_variance", "reliability_contrasts", "reliability_reseed",
@@ -53,6 +55,7 @@ def test_command_writes_tables_figures_and_report(finished):
     assert training.max_abs_diff_final.max() < 1e-5  # retraining reproduces the stored SAEs
     html = layout.report.read_text()
     assert "How far to trust each metric" in html and 'id="fig-reliability_ground_truth"' in html
+    assert atlas_fig.stat().st_mtime_ns == atlas_mtime  # only the reliability figures are drawn again
     again = CliRunner().invoke(main, ["reliability", "--run-dir", str(layout.root), "--cheap-only"])
     assert again.exit_code == 0, again.output
     assert (layout.tables_dir / "reliability_panel.parquet").exists()  # kept: same cells table
