@@ -80,9 +80,12 @@ def test_ptbxl_sample_runs_and_says_the_groups_are_too_small(ptbxl_sample, tmp_p
     assert pd.read_parquet(layout.tables_dir / "provenance_verdicts.parquet").equals(ver)
 
 
-def test_provenance_command_on_the_ptbxl_sample(ptbxl_sample, tmp_path, ray_cluster):
+def test_provenance_command_on_the_ptbxl_sample(ptbxl_sample, tmp_path, ray_cluster, monkeypatch):
+    from dataclasses import replace
+
     from click.testing import CliRunner
 
+    from raybench.analysis import registry
     from raybench.app.cli import main
     from raybench.cohorts.ptbxl import build_ptbxl_manifest
     from raybench.core.run_state import write_run_yaml
@@ -91,8 +94,18 @@ def test_provenance_command_on_the_ptbxl_sample(ptbxl_sample, tmp_path, ray_clus
     build_ptbxl_manifest(ptbxl_sample, layout.manifest_dir, sampling_rate=100, concepts="none")
     encode_in_process(layout.root, MODEL, [0])
     write_run_yaml(_config(layout.root))
+    drawn: list[str] = []  # whose figures the command draws: only its own (the other tables did not change)
+
+    def recorded(analysis):
+        def render(inp):
+            drawn.append(analysis.name)
+            return analysis.render(inp)
+        return replace(analysis, render=render) if analysis.render is not None else analysis
+
+    monkeypatch.setattr(registry, "ANALYSES", [recorded(a) for a in registry.ANALYSES])
     result = CliRunner().invoke(main, ["provenance", "--run-dir", str(layout.root), "--target", "MI"])
     assert result.exit_code == 0, result.output
     assert "3 model x depth x variable rows" in result.output and "not audited: 3" in result.output
     html = layout.report.read_text()
     assert "Provenance audit" in html and "too small to audit" in html
+    assert drawn == ["provenance_audit"], drawn
