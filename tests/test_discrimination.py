@@ -57,15 +57,21 @@ def test_oracle_measures_rate_amplitudes_and_intervals_of_a_known_beat_train():
 def _config(run_dir) -> RunConfig:
     """3 models x 2 depths x E (1, 4) x 2 seeds = 24 cells, no sensitivity arm; 240 single-record patients."""
     p = demo_protocol()
+    # the profiles and contrasts asserted on come from the 500 patient draws; the crossed bootstrap and the
+    # reproducibility permutation floor (analyze_run computes both, nothing here reads them) at a token size
     p = replace(p, sae=replace(p.sae, steps=150, batch_size=64, checkpoint_every=150),
                 grid=GridProtocol(models=(ORACLE, *DEMO_MODELS), depths=(0.0, 1.0), expansions=(1, 4),
                                   seeds=(4311, 4312), sensitivity_depth=None),
-                inference=replace(p.inference, patient_draws=500, crossed_draws=200, chunk_draws=250))
+                eval=replace(p.eval, repro_permutations=10),
+                inference=replace(p.inference, patient_draws=500, crossed_draws=50, chunk_draws=250))
     return RunConfig(run_dir=str(run_dir), protocol=p,
                      cohort=CohortConfig(kind="synth", records=240, patients=240, seed=11),
                      encoders=EncoderConfig(size="demo", batch_size=48, num_gpus=0.0),  # CPU: one pipeline
-                     # one process per CPU runs the three trials (auto reuses only in an instance raybench started)
-                     resources=ResourceConfig(trial_unit="model", reuse_trial_processes=True)).validate()
+                     # one reused trial process runs the three trials one after another (auto reuses only in an
+                     # instance raybench started): one trial process start instead of two; each trial trains its
+                     # 8 small cells in well under a second, so running them side by side saves no CPU
+                     resources=ResourceConfig(trial_unit="model", reuse_trial_processes=True,
+                                              max_concurrent_trials=1)).validate()
 
 
 @pytest.mark.slow
