@@ -272,13 +272,22 @@ def _blocks(df: pd.DataFrame, batch_size: int) -> list[pd.DataFrame]:
     return [df.iloc[i:i + step] for i in range(0, len(df), step)]
 
 
+def _records(manifest: ManifestRecords, batch_size: int):
+    """The manifest's READ_COLUMNS as a Ray dataset of one pandas block per batch. `from_blocks` keeps the blocks
+    as they are and takes their metadata here; `from_pandas` ran a remote task per block for it (a worker that
+    imports Ray Data and pandas in every new driver, and a task per batch before the stream began)."""
+    import ray
+
+    return ray.data.from_blocks(_blocks(manifest.df.loc[:, list(READ_COLUMNS)], batch_size))
+
+
 def _multi_pipeline(manifest: ManifestRecords, enc_cfg: EncoderConfig, jobs: list[tuple], cpu_threads: int | None,
                     shared: list | None, roster):
     import ray
 
     if cpu_threads is None:
         cpu_threads = max(1, (os.cpu_count() or 1) // enc_cfg.max_actors)
-    ds = ray.data.from_pandas(_blocks(manifest.df.loc[:, list(READ_COLUMNS)], enc_cfg.batch_size))
+    ds = _records(manifest, enc_cfg.batch_size)
     specs, builders, layers, x_shapes = (list(col) for col in zip(*jobs, strict=True))
     with warnings.catch_warnings():  # max_restarts has no named parameter in the pinned Ray Data yet
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
@@ -296,11 +305,9 @@ def _multi_pipeline(manifest: ManifestRecords, enc_cfg: EncoderConfig, jobs: lis
 def _pipeline(manifest: ManifestRecords, spec: EncoderSpec, enc_cfg: EncoderConfig, layers: list[int],
               x_shape: tuple[int, ...], builder: Builder | None, cpu_threads: int | None, shared: list | None,
               roster):
-    import ray
-
     if cpu_threads is None:
         cpu_threads = max(1, (os.cpu_count() or 1) // enc_cfg.max_actors)
-    ds = ray.data.from_pandas(_blocks(manifest.df.loc[:, list(READ_COLUMNS)], enc_cfg.batch_size))
+    ds = _records(manifest, enc_cfg.batch_size)
     load = {"root": manifest.root, "spec": spec, "builder": builder, "x_shape": x_shape}
     on_gpu = bool(enc_cfg.num_gpus)
     if on_gpu:  # loading in 1-CPU tasks feeding the GPU actors

@@ -6,15 +6,19 @@ to run. They hold their CPU and GPU shares meanwhile, and an immediate rerun on 
 tasks never scheduled; the suite hung). Every encoder actor therefore signs a `Roster` as it starts, and the
 driver kills every signed actor when its pipeline ends, failed or finished; an actor that starts after the roster
 closed exits at once. Killing is safe after the stream ends: the driver owns the batches it has read.
+One roster actor serves every pipeline of a driver (each pipeline signs under its own key), so an extraction
+does not start (and end) a worker process of its own for it.
 `run_pipeline` is that lifetime around one extraction (raybench.encoders.extract), with Ray Data's no-progress
 and minimum-actor timeouts so that a pipeline that cannot get its resources fails instead of waiting forever.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the Roster actor's worker imports this module: it stays light (no pandas, no torch)
@@ -22,54 +26,92 @@ if TYPE_CHECKING:  # the Roster actor's worker imports this module: it stays lig
 
 
 class Roster:
-    """A zero-resource Ray actor holding the handles of one pipeline's encoder actors."""
+    """A zero-resource Ray actor holding, per pipeline key, the handles of that pipeline's encoder actors."""
 
     def __init__(self) -> None:
-        self.handles: list[Any] = []
-        self.closed = False
+        self.handles: dict[int, list[Any]] = {}
+        self.closed: set[int] = set()
 
-    def sign(self, handle: Any) -> bool:
-        """Record an encoder actor; False once the pipeline has ended (the actor should exit)."""
-        if self.closed:
+    def open(self, key: int) -> int:
+        """Start signing for pipeline `key` (also a liveness check for the driver); returns `key`."""
+        self.handles.setdefault(key, [])
+        return key
+
+    def sign(self, key: int, handle: Any) -> bool:
+        """Record an encoder actor of pipeline `key`; False once that pipeline has ended (the actor should exit)."""
+        if key in self.closed:
             return False
-        self.handles.append(handle)
+        self.handles.setdefault(key, []).append(handle)
         return True
 
-    def close(self) -> list[Any]:
-        """End signing; the handles signed so far."""
-        self.closed = True
-        return self.handles
+    def close(self, key: int) -> list[Any]:
+        """End signing for pipeline `key`; the handles signed for it so far."""
+        self.closed.add(key)
+        return self.handles.pop(key, [])
 
 
-def open_roster() -> Any:
-    """A new roster actor (no CPU, so it schedules on a full node and on a head with `CPU: 0`)."""
+@dataclass(frozen=True)
+class PipelineRoster:
+    """What one pipeline's encoder actors get: the driver's roster actor and the pipeline's key on it."""
+
+    actor: Any
+    key: int
+
+
+_SHARED: dict[tuple[str, str], Any] = {}  # (Ray job id, node id) -> this driver's roster actor
+_KEYS = itertools.count()
+
+
+def open_roster() -> PipelineRoster:
+    """A new pipeline's roster: the driver's roster actor (started once per Ray session: no CPU, so it schedules
+    on a full node and on a head with `CPU: 0`) under a new key."""
     import ray
 
-    return ray.remote(num_cpus=0, max_restarts=0)(Roster).remote()
+    ctx = ray.get_runtime_context()
+    session = (ctx.get_job_id(), ctx.get_node_id())
+    key = next(_KEYS)
+    actor = _SHARED.get(session)
+    if actor is not None:
+        try:
+            ray.get(actor.open.remote(key), timeout=30)
+            return PipelineRoster(actor, key)
+        except Exception:  # it is gone (killed, or its node died): start another
+            _SHARED.pop(session, None)
+    actor = ray.remote(num_cpus=0, max_restarts=0)(Roster).remote()
+    _SHARED[session] = actor
+    actor.open.remote(key)
+    return PipelineRoster(actor, key)
 
 
-def sign_or_exit(roster: Any) -> None:
+def close_roster(roster: PipelineRoster, timeout_s: float = 30.0) -> list[Any]:
+    """End signing for `roster`'s pipeline: the handles of the encoder actors that signed it."""
+    import ray
+
+    return ray.get(roster.actor.close.remote(roster.key), timeout=timeout_s)
+
+
+def sign_or_exit(roster: PipelineRoster | None) -> None:
     """Called in an encoder actor's constructor: sign `roster`, or exit if its pipeline already ended."""
     if roster is None:
         return
     import ray
 
-    if not ray.get(roster.sign.remote(ray.get_runtime_context().current_actor)):
+    if not ray.get(roster.actor.sign.remote(roster.key, ray.get_runtime_context().current_actor)):
         ray.actor.exit_actor()
 
 
 def end_pipeline(roster: Any, baseline: dict[str, float], timeout_s: float = 30.0) -> dict[str, float]:
-    """Kill every actor signed on `roster` (and the roster), then wait, bounded, until the node's free CPU and GPU
-    are back to `baseline` (what was free before the pipeline started). Returns the free resources seen last."""
+    """Kill every actor signed on `roster` (the roster actor stays for the driver's next pipeline), then wait,
+    bounded, until the node's free CPU and GPU are back to `baseline` (what was free before the pipeline
+    started). Returns the free resources seen last."""
     import ray
 
     try:
-        handles = ray.get(roster.close.remote(), timeout=timeout_s)
+        handles = close_roster(roster, timeout_s)
     except Exception:  # the roster itself is gone: nothing signed can be found any more
         handles = []
     for handle in handles:
         ray.kill(handle, no_restart=True)
-    ray.kill(roster, no_restart=True)
     deadline = time.monotonic() + timeout_s
     while True:
         free = free_resources()

@@ -321,11 +321,12 @@ def test_an_extraction_that_cannot_get_its_resources_fails_clearly(ray_cluster, 
 
 
 def test_an_actor_that_starts_after_its_pipeline_ended_exits(ray_cluster):
-    """A pool actor still starting when the driver closed the roster exits at once instead of holding its share."""
-    from raybench.encoders.roster import open_roster, sign_or_exit
+    """A pool actor still starting when the driver closed the roster exits at once instead of holding its share;
+    the driver's next pipeline signs on the same roster actor (no worker process started per pipeline)."""
+    from raybench.encoders.roster import close_roster, open_roster, sign_or_exit
 
     roster = open_roster()
-    assert ray.get(roster.close.remote()) == []
+    assert close_roster(roster) == []
 
     class Late:
         def __init__(self, roster):
@@ -337,7 +338,12 @@ def test_an_actor_that_starts_after_its_pipeline_ended_exits(ray_cluster):
     late = ray.remote(num_cpus=0)(Late).remote(roster)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(late.ping.remote(), timeout=60)
-    ray.kill(roster)
+    following = open_roster()
+    assert following.actor == roster.actor and following.key != roster.key
+    on_time = ray.remote(num_cpus=0)(Late).remote(following)
+    assert ray.get(on_time.ping.remote(), timeout=60) == "alive"
+    assert close_roster(following) == [on_time]
+    ray.kill(on_time)
 
 
 def test_one_pipeline_for_several_models_writes_the_per_model_stores(per_model_run, cohort, tmp_path):
