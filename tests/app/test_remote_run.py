@@ -1,15 +1,16 @@
-"""Laptop -> cluster, the job's controls: `raybench submit --no-wait` (the real Ray Jobs client) to a cluster started
-with `ray start --head` (token auth on, dashboard on loopback), then `stop` and `status` until STOPPED, and a wrong
-token refused.
+"""Laptop -> cluster, end to end: `raybench submit` (the real Ray Jobs client) to a cluster started with
+`ray start --head` (token auth on, dashboard on loopback), running `raybench grid` with an `s3://` run folder
+on a real S3-compatible server (moto on loopback); then `status`, `logs`, `stop`.
 
-A submitted grid followed to SUCCEEDED (`submit`, `status`, `logs`, an `s3://` run folder on a real S3-compatible
-server) is tests/infra/test_autoscaling.py's: it submits the README's rehearsal to a head whose autoscaler adds the
-GPU workers the grid runs on. Here one node with 2 CPUs: the job only starts before it is stopped.
+One node, whose 2 CPUs hold the whole grid: the path under test is the job's and the bucket's, not where its parts
+run. Worker nodes joining a token-auth head, and trials on nodes other than the driver's, are
+tests/infra/test_autoscaling.py's (Ray's autoscaler adds them) and tests/sae/test_grid_elastic.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -21,6 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from raybench.core.analysis_config import SecondaryConfig
@@ -95,9 +97,13 @@ def _raybench(cluster, *args: str, timeout: float = 600, env: dict | None = None
 
 
 def _tiny_config(run_dir: str):
-    """4 cells (1 model x 2 depths x 2 E x 1 seed) in one Tune trial, from a fresh synthetic cohort of 48 records of
-    24 patients, its run folder in the bucket; no feature dashboards or secondary analyses, one bootstrap chunk of
-    each kind: a grid as a user submits one (the job is stopped while it starts)."""
+    """4 cells (1 model x 2 depths x 2 E x 1 seed) in one Tune trial (trial_unit model: its process adopts the driver's
+    lease and uploads its cells to the bucket as each trial's would; several trials spread over nodes are
+    tests/sae/test_grid_elastic.py's and tests/infra/test_autoscaling.py's), from a fresh synthetic cohort of 48
+    records of 24 patients (each of its files is a lease check and an upload to the bucket; its training split holds
+    38, SAE batches of 32 fit it); no feature dashboards or secondary analyses, and one bootstrap chunk of each kind
+    (the path under test is the submitted job's and the bucket's, not the analyses': tests/app/test_pipeline.py's
+    finished run has them)."""
     cfg = small_config(Path("unused"), models=("csfm",), steps=40)
     p = cfg.protocol
     return replace(cfg, run_dir=run_dir,
@@ -107,6 +113,43 @@ def _tiny_config(run_dir: str):
                    cohort=replace(cfg.cohort, records=48, patients=24),
                    resources=replace(cfg.resources, trial_unit="model", max_failures=2),
                    features=replace(cfg.features, enabled=False), secondary=SecondaryConfig(analyses=())).validate()
+
+
+@pytest.mark.slow
+def test_submit_runs_the_grid_on_the_cluster_with_an_s3_run_folder(cluster):
+    import s3fs
+
+    run_uri = f"{cluster['bucket']}/runs/tiny"
+    wd = cluster["tmp"] / "job"
+    wd.mkdir()
+    (wd / "run.yaml").write_text(dump_run_config(_tiny_config(run_uri)))
+    t0 = time.perf_counter()
+    sub = _raybench(cluster, "submit", "--address", cluster["address"], "--working-dir", str(wd), "--",
+                    "grid", "--config", "run.yaml", "--trust-config-destinations")
+    wall = time.perf_counter() - t0
+    assert sub.returncode == 0, sub.stdout[-4000:] + sub.stderr[-4000:]
+    job_id = sub.stdout.split("submitted ", 1)[1].split(":", 1)[0]
+    assert f"{job_id}: SUCCEEDED" in sub.stdout
+    assert "[5/5] analyze   done" in sub.stdout and "4/4 cells ok" in sub.stdout
+    assert f"report: {run_uri}/report.html" in sub.stdout, "the final line names the run URI"
+
+    status = _raybench(cluster, "status", "--address", cluster["address"])  # the last submitted job
+    assert status.returncode == 0 and f"{job_id}: SUCCEEDED" in status.stdout, status.stderr[-2000:]
+    logs = _raybench(cluster, "logs", "--address", cluster["address"], job_id)
+    assert logs.returncode == 0 and "[4/5] train" in logs.stdout and "audit: 4/4 cells" in logs.stdout
+
+    fs = s3fs.S3FileSystem()
+    root = run_uri.removeprefix("s3://")
+    for rel in ("tables/cells.parquet", "report.html", "run.yaml", "manifest/manifest.parquet"):
+        assert fs.exists(f"{root}/{rel}"), f"{rel} missing in the bucket"
+    assert fs.glob(f"{root}/activations/csfm/*/index.json")
+    assert fs.glob(f"{root}/tune/grid-*/experiment_state-*.json"), "Tune state lives in the bucket"
+    with fs.open(f"{root}/tables/cells.parquet", "rb") as fh:
+        table = pd.read_parquet(fh)
+    assert len(table) == 4 and (table["status"] == "ok").all() and table["cell_id"].is_unique
+    nodes = {json.loads(fs.cat(f"{root}/{cell}/metrics.json"))["node_id"] for cell in table["cell_dir"]}
+    assert all(nodes), nodes
+    print(f"\nsubmit -> SUCCEEDED in {wall:.1f} s; cells trained on {len(nodes)} node(s)")
 
 
 @pytest.mark.slow

@@ -37,7 +37,6 @@ if str(ROOT) not in sys.path:  # when run as the probe script
 LOCAL_YAML = ROOT / "cluster" / "local.yaml"
 README = ROOT / "cluster" / "README.md"
 GPU_TYPE = "gpu_worker"
-README_BUCKET = "s3://my-bucket/raybench/rehearsal"  # the README's run folder, the test's bucket in its place
 IDLE_WAIT_S = 150  # idle_timeout_minutes (0.25) + the autoscaler's rounds + node shutdown, on 2 loaded cores
 
 
@@ -92,11 +91,9 @@ def test_readme_gives_the_commands_and_the_run_this_file_runs(tmp_path):
     start = (f"RAY_FAKE_CLUSTER=1 ray start --head --num-cpus={head['CPU']} --num-gpus={head.get('GPU', 0)} "
              "--dashboard-host=127.0.0.1 --autoscaling-config=cluster/local.yaml")
     assert start in " ".join(body.replace("\\\n", " ").split()), f"the README must show: {start}"
-    for command in ("ray status", "ray stop", "raybench status", "raybench logs",
-                    "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/.raybench/cluster_auth/auth_token"):
+    for command in ("RAY_ADDRESS=127.0.0.1:6379 raybench grid --config rehearsal.yaml", "ray status", "ray stop",
+                    "export RAY_AUTH_MODE=token"):
         assert command in body
-    # what the rehearsal runs: this submit, to the default address (the head's dashboard), the run in a bucket
-    assert _submit_command(body) == ["submit", "--", "grid", "--config", "rehearsal.yaml", "--run-dir", README_BUCKET]
     raw = _rehearsal_yaml()
     assert Path(raw["run_dir"]).is_absolute(), "every node reads and writes the same run_dir: absolute"
     (tmp_path / "rehearsal.yaml").write_text(yaml.safe_dump(raw))
@@ -107,16 +104,14 @@ def test_readme_gives_the_commands_and_the_run_this_file_runs(tmp_path):
 
 # ---------------------------------------------------------------- the rehearsal
 
-def _start_head(cfg_path: Path, env: dict, gcs: int, dash: int) -> int:
-    """`ray start --head` with cluster/local.yaml's head resources, its autoscaler and the dashboard on loopback (the
-    README's flags), in a new session; returns the process group every process of the cluster (fake workers
-    included) stays in."""
+def _start_head(cfg_path: Path, env: dict, gcs: int) -> int:
+    """`ray start --head` with cluster/local.yaml's head resources and its autoscaler, in a new session;
+    returns the process group every process of the cluster (fake workers included) stays in."""
     head = _local_config()["available_node_types"]["ray.head.default"]["resources"]
     proc = subprocess.Popen(
         ["ray", "start", "--head", "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--port={gcs}",
          f"--num-cpus={head['CPU']}", f"--num-gpus={head.get('GPU', 0)}", f"--autoscaling-config={cfg_path}",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-         f"--ray-client-server-port={_free_port()}",
+         "--include-dashboard=false", f"--dashboard-port={_free_port()}", f"--ray-client-server-port={_free_port()}",
          f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
          f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
          f"--object-store-memory={100 << 20}"],
@@ -136,92 +131,44 @@ def _run(args: list[str], env: dict, timeout: float, cwd: Path) -> subprocess.Co
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _submit_command(body: str) -> list[str]:
-    """The README's `raybench submit` line, as arguments (its bucket placeholder and the default address are the
-    test's to replace)."""
-    line = next((ln for ln in body.splitlines() if ln.startswith("raybench submit ")), None)
-    assert line, "the rehearsal must submit the grid from the laptop: `raybench submit -- grid ...`"
-    return line.split("  #", 1)[0].split()[1:]
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_submitted_grid_makes_the_autoscaler_add_gpu_workers_fills_the_bucket_and_they_are_removed(tmp_path):
-    """The mission's path on one machine: the laptop submits the README's grid as a Ray job (`raybench submit`,
-    token auth, through the head's dashboard on loopback) with its run folder in an S3 bucket (moto on loopback);
-    the autoscaler adds GPU workers from zero, `auto` resolves to GPU shares from the node types, the encoder actors
-    and trials run on the added workers and upload to the bucket, the job SUCCEEDS, `raybench status`/`logs` see it,
-    and the idle workers are removed."""
-    import pandas as pd
-    import ray._private.utils
-    import s3fs
-
-    from tests.s3_server import s3_server
-
-    dep_error = ray._private.utils.get_dashboard_dependency_error()
-    assert dep_error is None, f"Ray Jobs needs the dashboard: pip install 'ray[default]==2.60.0' ({dep_error})"
+def test_grid_makes_rays_autoscaler_add_gpu_workers_from_zero_and_remove_them(tmp_path):
+    from raybench.core.paths import RunLayout
 
     tmp = Path(tempfile.mkdtemp(prefix="rbas", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    gcs, dash = _free_port(), _free_port()
+    gcs = _free_port()
     cfg = _local_config()
     cfg["provider"]["gcs_address"] = f"127.0.0.1:{gcs}"  # where the fake workers join (default: port 6379)
     cfg_path = tmp / "local.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
-    token_file = tmp_path / "home" / ".raybench" / "cluster_auth" / "auth_token"  # section 1's token
-    token_file.parent.mkdir(parents=True)
-    token_file.write_text(secrets.token_hex(16) + "\n")
-    (tmp_path / "rehearsal.yaml").write_text(yaml.safe_dump(_rehearsal_yaml()))
+    token = secrets.token_hex(16)
+    # no usage stats (Ray Data's collection actor: a worker process of its own) and no prestarted workers (on
+    # every node, the fake workers inherit the head's environment: workers start when a task or actor needs one)
+    env = {**os.environ, "RAY_TMPDIR": str(tmp), "RAY_ADDRESS": "", "RAY_FAKE_CLUSTER": "1",
+           "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "rehearsal.yaml").write_text(yaml.safe_dump({**_rehearsal_yaml(), "run_dir": str(run_dir)}))
+    driver_env = {**env, "RAY_ADDRESS": f"127.0.0.1:{gcs}"}
     pgid = None
-    with s3_server() as bucket:  # sets the AWS variables the head (and every fake node) inherits
-        run_uri = f"{bucket}/runs/rehearsal"
-        # no usage stats (Ray Data's collection actor: a worker process of its own) and no prestarted workers (on
-        # every node, the fake workers inherit the head's environment: workers start when a task or actor needs one)
-        env = {**os.environ, "RAY_TMPDIR": str(tmp), "RAY_ADDRESS": "", "RAY_FAKE_CLUSTER": "1",
-               "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file),
-               "RAYBENCH_CACHE": str(tmp / "node-cache"), "RAY_USAGE_STATS_ENABLED": "0",
-               "RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
-        # the laptop: the README's exports, a private HOME (the last-job file), no Ray of its own
-        laptop_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        laptop_env.update(HOME=str(tmp_path / "home"), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
-        address = f"http://127.0.0.1:{dash}"
-        args = _submit_command(_readme_section())
-        args = [a.replace(README_BUCKET, run_uri) for a in args]
-        args[1:1] = ["--address", address]
-        try:
-            t0 = time.perf_counter()
-            pgid = _start_head(cfg_path, env, gcs, dash)
-            started = time.perf_counter() - t0
-            sub = _run(["-m", "raybench.app.cli", *args], laptop_env, 480, tmp_path)
-            grid_s = time.perf_counter() - t0 - started
-            assert sub.returncode == 0, sub.stdout[-4000:] + sub.stderr[-4000:]
-            status = _run(["-m", "raybench.app.cli", "status", "--address", address], laptop_env, 60, tmp_path)
-            job_id = sub.stdout.split("submitted ", 1)[1].split(":", 1)[0]
-            logs = _run(["-m", "raybench.app.cli", "logs", "--address", address, job_id], laptop_env, 60, tmp_path)
-            out = tmp_path / "probe.json"
-            probe = _run([__file__, "probe", str(out)], {**env, "RAY_ADDRESS": f"127.0.0.1:{gcs}"},
-                         IDLE_WAIT_S + 60, tmp_path)
-            assert probe.returncode == 0 and out.exists(), probe.stdout[-3000:] + probe.stderr[-3000:]
-            info = json.loads(out.read_text())
-            monitor_log = "".join(p.read_text(errors="replace") for p in tmp.glob("ray/session_*/logs/monitor.*"))
-            fs = s3fs.S3FileSystem()
-            root = run_uri.removeprefix("s3://")
-            resolved = json.loads(fs.cat(f"{root}/resources_resolved.json"))
-            _check_bucket(fs, root)
-            with fs.open(f"{root}/tables/cells.parquet", "rb") as fh:
-                table = pd.read_parquet(fh)
-            table_nodes = {json.loads(fs.cat(f"{root}/{cell}/metrics.json"))["node_id"] for cell in table["cell_dir"]}
-        finally:
-            if pgid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGKILL)
-            shutil.rmtree(tmp, ignore_errors=True)
-
-    # the job: submitted from the laptop, followed to SUCCEEDED, its status and logs read back through the dashboard
-    assert f"{job_id}: SUCCEEDED" in sub.stdout
-    assert "[5/5] analyze   done" in sub.stdout and "4/4 cells ok" in sub.stdout
-    assert f"report: {run_uri}/report.html" in sub.stdout, "the final line names the run URI"
-    assert status.returncode == 0 and f"{job_id}: SUCCEEDED" in status.stdout, status.stderr[-2000:]
-    assert logs.returncode == 0 and "[4/5] train" in logs.stdout and "audit: 4/4 cells" in logs.stdout
+    try:
+        t0 = time.perf_counter()
+        pgid = _start_head(cfg_path, env, gcs)
+        started = time.perf_counter() - t0
+        grid = _run(["-m", "raybench.app.cli", "grid", "--config", "rehearsal.yaml"], driver_env, 420, tmp_path)
+        grid_s = time.perf_counter() - t0 - started
+        assert grid.returncode == 0, grid.stdout[-4000:] + grid.stderr[-4000:]
+        out = tmp_path / "probe.json"
+        probe = _run([__file__, "probe", str(out)], driver_env, IDLE_WAIT_S + 60, tmp_path)
+        assert probe.returncode == 0 and out.exists(), probe.stdout[-3000:] + probe.stderr[-3000:]
+        info = json.loads(out.read_text())
+        monitor_log = "".join(p.read_text(errors="replace") for p in tmp.glob("ray/session_*/logs/monitor.*"))
+    finally:
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
 
     workers = info["workers"]  # every node but the head
     assert workers, f"the autoscaler added no worker: {info['nodes']}"
@@ -231,28 +178,31 @@ def test_a_submitted_grid_makes_the_autoscaler_add_gpu_workers_fills_the_bucket_
     assert listed and all(r.get("GPU") == 1 for r in listed), f"the added workers are GPU workers: {info['nodes']}"
     assert f"type {GPU_TYPE}" in monitor_log or f"'{GPU_TYPE}'" in monitor_log, "the monitor launched no GPU worker"
 
+    resolved = json.loads(RunLayout.at(run_dir).resources_resolved.read_text())
     enc, trial = resolved["encode"]["csfm"], resolved["train"]["trial"]
     max_gpus = _local_config()["available_node_types"][GPU_TYPE]["max_workers"]
     # resolved while only the head was up: the GPUs counted are those of the node types, not of running nodes
     assert enc["cluster_gpus"] == max_gpus and 0 < enc["gpus"] < 1, enc
     assert 0 < trial["gpus"] < 1, trial
 
-    assert len(table) == 4 and (table["status"] == "ok").all() and table["cell_id"].is_unique, table
-    assert all(table_nodes) and table_nodes <= set(workers), f"trials ran off the GPU workers: {table_nodes}"
+    table_nodes = {json.loads((Path(d) / "metrics.json").read_text())["node_id"] for d in _cell_dirs(run_dir)}
+    assert len(table_nodes) and table_nodes <= set(workers), f"trials ran off the GPU workers: {table_nodes}"
     encoders = [a for a in info["actors"] if "MapWorker" in a["class"] or "Encoder" in a["class"]]
     assert encoders, f"no encoder actor in the actor table: {sorted({a['class'] for a in info['actors']})}"
     assert {a["node"] for a in encoders} <= set(workers), "encoder actors ran on the head"
     assert info["idle_removed_s"] is not None, f"idle workers still up after {IDLE_WAIT_S} s: {info['alive']}"
-    print(f"\nhead up {started:.0f} s; submit -> SUCCEEDED {grid_s:.0f} s on {len(workers)} added GPU worker(s); "
-          f"idle workers gone {info['idle_removed_s']:.0f} s after the job")
+    print(f"\nhead up {started:.0f} s; grid {grid_s:.0f} s on {len(workers)} added GPU worker(s); idle workers "
+          f"gone {info['idle_removed_s']:.0f} s after the grid")
 
 
-def _check_bucket(fs, root: str) -> None:
-    """The run folder lives in the bucket: its tables, report, config, manifest, activation stores, Tune state."""
-    for rel in ("tables/cells.parquet", "report.html", "run.yaml", "manifest/manifest.parquet"):
-        assert fs.exists(f"{root}/{rel}"), f"{rel} missing in the bucket"
-    assert fs.glob(f"{root}/activations/csfm/*/index.json")
-    assert fs.glob(f"{root}/tune/grid-*/experiment_state-*.json"), "Tune state lives in the bucket"
+def _cell_dirs(run_dir: Path) -> list[str]:
+    import pandas as pd
+
+    from raybench.core.paths import RunLayout
+
+    table = pd.read_parquet(RunLayout.at(run_dir).cells_table)
+    assert len(table) == 4 and (table["status"] == "ok").all(), table[["cell_id", "status"]]
+    return [str(Path(run_dir) / d) if not Path(d).is_absolute() else d for d in table["cell_dir"]]
 
 
 def _probe(out_path: str) -> None:
