@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,9 @@ CLUSTER = ROOT / "cluster"
 ONPREM = CLUSTER / "onprem.yaml"
 SECTION = "## 7. Your own servers over SSH: cluster/onprem.yaml"
 SYSTEM_PATH = f"{os.environ.get('PATH', '')}{os.pathsep}/usr/sbin{os.pathsep}/sbin"
+SUITE_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "RAY_enable_metrics_collection",
+             "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "LOG_NAME_UPDATE_INTERVAL_S", "REPORTER_UPDATE_INTERVAL_MS",
+             "RAY_task_events_report_interval_ms", "RAY_event_stats", "AUTOSCALER_UPDATE_INTERVAL_S")
 
 
 def readme_commands() -> str:
@@ -160,9 +164,13 @@ def _head(tmp: Path, user: str, laptop_home: Path) -> Path:
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     shutil.copy(laptop_home / ".ssh" / "id_ed25519.pub", home / ".ssh" / "authorized_keys")
     # a sandboxed server: no package index, no usage stats (Ray Data's collection actor: a process of its own), no
-    # workers prestarted for the first driver (the submitted job's tasks need workers with its working_dir)
+    # workers prestarted for the first driver (the submitted job's tasks need workers with its working_dir); and the
+    # suite's settings for every Ray it starts (tests/conftest.py: one math thread per process, Ray's background
+    # metrics and polling quieted), which sshd does not pass on: the head's Ray is the suite's like any other
+    suite = " ".join(f"{k}={shlex.quote(os.environ[k])}" for k in SUITE_ENV if k in os.environ)
     (home / ".bashrc").write_text("export PIP_NO_INDEX=1 PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1\n"
-                                  "export RAY_USAGE_STATS_ENABLED=0 RAY_prestart_worker_first_driver=0\n")
+                                  "export RAY_USAGE_STATS_ENABLED=0 RAY_prestart_worker_first_driver=0\n"
+                                  + (f"export {suite}\n" if suite else ""))
     make_venv(home / "raybench-venv", scripts=("ray",))
     entries = []
     for line in Path("/etc/passwd").read_text().splitlines():
