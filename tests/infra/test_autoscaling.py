@@ -151,20 +151,29 @@ def test_grid_makes_rays_autoscaler_add_gpu_workers_from_zero_and_remove_them(tm
     run_dir.mkdir()
     (tmp_path / "rehearsal.yaml").write_text(yaml.safe_dump({**_rehearsal_yaml(), "run_dir": str(run_dir)}))
     driver_env = {**env, "RAY_ADDRESS": f"127.0.0.1:{gcs}"}
-    pgid = None
+    pgid = probe = None
     try:
         t0 = time.perf_counter()
         pgid = _start_head(cfg_path, env, gcs)
         started = time.perf_counter() - t0
+        # the probe watches while the grid runs: a worker left idle for idle_timeout_minutes is removed (and then
+        # lists no resources) before the grid ends when the grid is quick, or before a probe started after it is up
+        out, done = tmp_path / "probe.json", tmp_path / "grid.done"
+        with open(tmp_path / "probe.log", "w") as log:  # a file: nobody reads a pipe while the grid runs
+            probe = subprocess.Popen([sys.executable, __file__, "probe", str(out), str(done)], cwd=tmp_path,
+                                     env=driver_env, stdout=log, stderr=subprocess.STDOUT)
         grid = _run(["-m", "raybench.app.cli", "grid", "--config", "rehearsal.yaml"], driver_env, 420, tmp_path)
         grid_s = time.perf_counter() - t0 - started
+        done.touch()
         assert grid.returncode == 0, grid.stdout[-4000:] + grid.stderr[-4000:]
-        out = tmp_path / "probe.json"
-        probe = _run([__file__, "probe", str(out)], driver_env, IDLE_WAIT_S + 60, tmp_path)
-        assert probe.returncode == 0 and out.exists(), probe.stdout[-3000:] + probe.stderr[-3000:]
+        probe.wait(timeout=IDLE_WAIT_S + 60)
+        assert probe.returncode == 0 and out.exists(), (tmp_path / "probe.log").read_text()[-3000:]
         info = json.loads(out.read_text())
         monitor_log = "".join(p.read_text(errors="replace") for p in tmp.glob("ray/session_*/logs/monitor.*"))
     finally:
+        if probe is not None and probe.poll() is None:
+            probe.kill()
+            probe.wait()
         if pgid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
@@ -172,8 +181,8 @@ def test_grid_makes_rays_autoscaler_add_gpu_workers_from_zero_and_remove_them(tm
 
     workers = info["workers"]  # every node but the head
     assert workers, f"the autoscaler added no worker: {info['nodes']}"
-    # a worker the autoscaler already removed as idle (one left without work while the grid ran on) is listed dead,
-    # with no resources: the type of those is the monitor's, below
+    # a worker the autoscaler removed as idle before the probe saw it alive (it looks every 2 s) lists no resources:
+    # the type of those is the monitor's, below
     listed = [w["resources"] for w in workers.values() if w["resources"]]
     assert listed and all(r.get("GPU") == 1 for r in listed), f"the added workers are GPU workers: {info['nodes']}"
     assert f"type {GPU_TYPE}" in monitor_log or f"'{GPU_TYPE}'" in monitor_log, "the monitor launched no GPU worker"
@@ -201,22 +210,36 @@ def _cell_dirs(run_dir: Path) -> list[str]:
     from raybench.core.paths import RunLayout
 
     table = pd.read_parquet(RunLayout.at(run_dir).cells_table)
-    assert len(table) == 4 and (table["status"] == "ok").all(), table[["cell_id", "status"]]
+    assert len(table) == 2 and (table["status"] == "ok").all(), table[["cell_id", "status"]]
     return [str(Path(run_dir) / d) if not Path(d).is_absolute() else d for d in table["cell_dir"]]
 
 
-def _probe(out_path: str) -> None:
-    """Driver: the nodes that ever joined, the actors that ran (class, node, GPU share), then wait until only the
+def _probe(out_path: str, done_path: str) -> None:
+    """Driver, started with the grid: the resources of every node seen alive while the grid runs; once it is done
+    (`done_path` exists), the nodes that ever joined, the actors that ran (class, node), then the wait until only the
     head is alive (the idle workers removed) or IDLE_WAIT_S passed."""
     import ray
     from ray._private.state import actors
 
     ray.init(log_to_driver=False)  # RAY_ADDRESS
+    seen: dict[str, dict] = {}  # node id -> its resources while alive (a dead node lists none)
+
+    def look() -> list[dict]:
+        nodes = ray.nodes()
+        for n in nodes:
+            if n["Alive"] and n["Resources"]:
+                seen.setdefault(n["NodeID"], n["Resources"])
+        return nodes
+
+    deadline = time.time() + 600
+    while not Path(done_path).exists() and time.time() < deadline:
+        look()
+        time.sleep(2)
     t0 = time.time()
-    nodes = ray.nodes()
+    nodes = look()
     head = next(n["NodeID"] for n in nodes if "node:__internal_head__" in n["Resources"])
     info = {"head": head, "nodes": [{k: n[k] for k in ("NodeID", "Alive", "Resources")} for n in nodes],
-            "workers": {n["NodeID"]: {"resources": n["Resources"]} for n in nodes if n["NodeID"] != head},
+            "workers": {n["NodeID"]: {"resources": seen.get(n["NodeID"], {})} for n in nodes if n["NodeID"] != head},
             "actors": [{"class": a["ActorClassName"], "node": a["Address"]["NodeID"]} for a in actors().values()],
             "idle_removed_s": None, "alive": []}
     while time.time() - t0 < IDLE_WAIT_S:
@@ -229,5 +252,5 @@ def _probe(out_path: str) -> None:
     ray.shutdown()
 
 
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "probe":
-    _probe(sys.argv[2])
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "probe":
+    _probe(sys.argv[2], sys.argv[3])
