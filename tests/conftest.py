@@ -143,8 +143,8 @@ def pytest_collection_modifyitems(config, items):
 
 # modules whose tests run longest (whole seconds on the 2-core box, two workers: --durations), started first
 LONG_MODULES = ("tests/sae/test_grid_elastic.py",  # ~110: clusters with nodes added and killed, a killed driver
-                "tests/app/test_remote_run.py",  # ~80: a `ray start` cluster, Ray Jobs, S3
-                "tests/infra/test_autoscaling.py",  # ~95: the autoscaler adds GPU workers from zero, removes them
+                "tests/app/test_remote_run.py",  # ~60: a `ray start` cluster, Ray Jobs, S3
+                "tests/infra/test_autoscaling.py",  # ~50: the autoscaler adds GPU workers from zero, removes them
                 "tests/app/test_cluster_onprem.py",  # ~90 (520-576 at load 35-50): `ray up` over SSH, a submitted grid
                 "tests/test_discrimination.py", "tests/infra/test_progress.py", "tests/test_gpu_check.py",
                 "tests/analysis/secondary/test_calibration.py", "tests/test_bench.py")
