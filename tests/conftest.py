@@ -32,6 +32,18 @@ def _one_math_thread_per_xdist_worker() -> None:
 _one_math_thread_per_xdist_worker()
 
 
+def pytest_configure(config) -> None:
+    """Compile raybench's bytecode once, before any test: the suite starts hundreds of Python processes (drivers,
+    Ray workers, actors) that each import part of the package, and where PYTHONDONTWRITEBYTECODE is set (as on
+    some machines) none of them writes what it compiled, so each compiled its modules again. Run in the controller
+    only (xdist workers have `workerinput`); an unwritable tree just leaves them compiling."""
+    if hasattr(config, "workerinput"):
+        return
+    import compileall
+
+    compileall.compile_dir(TESTS.parent / "raybench", quiet=2, workers=1)
+
+
 def _quiet_background_ray() -> None:
     """Every Ray the suite starts (the session's, and those of the clusters and drivers it starts as subprocesses,
     which inherit this environment) runs for minutes, mostly idle between tests: its daemons' metrics export and the
