@@ -15,6 +15,8 @@ for _folder in sorted({TESTS, *(p.parent for p in TESTS.rglob("test_*.py"))}, re
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
 
+from tests.suite_env import MATH_THREAD_VARS, QUIET_RAY  # noqa: E402
+
 
 def _one_math_thread_per_xdist_worker() -> None:
     """Under `-n 2` the two workers share the machine's cores: each runs its own numpy/torch math on one thread,
@@ -22,7 +24,7 @@ def _one_math_thread_per_xdist_worker() -> None:
     its own threads per encoder actor and trial). A single-process run keeps the libraries' defaults."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for var in MATH_THREAD_VARS:
         os.environ.setdefault(var, "1")
     from threadpoolctl import threadpool_limits  # BLAS a plugin already loaded (numpy) ignores the variables
 
@@ -62,10 +64,7 @@ def _quiet_background_ray() -> None:
       node to add; tests/infra/test_autoscaling.py, whose autoscaler must act, sets its own (1 s).
     Liveness checks, heartbeats and timeouts are left as they are: tests kill nodes and drivers and wait for Ray to
     notice. A variable already set wins."""
-    for var, value in (("RAY_enable_metrics_collection", "0"), ("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "0"),
-                       ("LOG_NAME_UPDATE_INTERVAL_S", "2"), ("REPORTER_UPDATE_INTERVAL_MS", "60000"),
-                       ("RAY_task_events_report_interval_ms", "0"), ("RAY_event_stats", "0"),
-                       ("AUTOSCALER_UPDATE_INTERVAL_S", "30")):
+    for var, value in QUIET_RAY.items():
         os.environ.setdefault(var, value)
 
 

@@ -28,6 +28,7 @@ import yaml
 from raybench.core.analysis_config import SecondaryConfig
 from raybench.core.config import dump_run_config
 from tests.small_run import small_config
+from tests.suite_env import MATH_THREAD_VARS, QUIET_RAY
 from tests.venvs import clean_env, make_venv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,9 +36,7 @@ CLUSTER = ROOT / "cluster"
 ONPREM = CLUSTER / "onprem.yaml"
 SECTION = "## 7. Your own servers over SSH: cluster/onprem.yaml"
 SYSTEM_PATH = f"{os.environ.get('PATH', '')}{os.pathsep}/usr/sbin{os.pathsep}/sbin"
-SUITE_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "RAY_enable_metrics_collection",
-             "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "LOG_NAME_UPDATE_INTERVAL_S", "REPORTER_UPDATE_INTERVAL_MS",
-             "RAY_task_events_report_interval_ms", "RAY_event_stats", "AUTOSCALER_UPDATE_INTERVAL_S")
+SUITE_ENV = (*MATH_THREAD_VARS, *QUIET_RAY)  # tests/conftest.py sets them for every Ray of the suite
 
 
 def readme_commands() -> str:
